@@ -1,0 +1,5 @@
+//go:build !race
+
+package topics
+
+const raceEnabled = false
