@@ -1,0 +1,133 @@
+// Package membership is the durable record of who has left the community
+// personalization layer, and when. It stores one small record per user who
+// ever left, the closed leave episodes of users who came back, the windows
+// in which a late leave may have let signals through, an opaque note per
+// user, the consumer checkpoints that the records belong to, and an outbox
+// of records still to be delivered elsewhere, all in one Pebble store.
+//
+// The package knows nothing of Kafka or of the in-memory gate: it turns
+// leave and rejoin commands into durable state, and hands that state back,
+// one user at a time or all at once on restart ([Store.Restore]).
+//
+// # Model
+//
+// A user is [Active] or [Left]. A user with no record is Active: only users
+// who ever left have a state record (a user who never left may have a note,
+// and nothing else). While Left, the user's open leave has a
+// boundary, left_at: signals with an event time at or after it belong to no
+// cohort. A rejoin closes the open leave into an [Episode] [left_at,
+// rejoined_at) that is kept for good, so a purge job can tell exactly which
+// contributions were the user's.
+//
+// Times are nanoseconds since the Unix epoch, as uint64, always taken from the
+// command (atNs), never from the wall clock: the state is a pure function of
+// the commands applied and their order, so replaying the same commands gives
+// the same bytes. [OpenEnd] (math.MaxUint64) marks an episode that is still
+// open and is therefore not a valid command time.
+//
+// # Invariants
+//
+// For every user, at every commit:
+//
+//   - Episodes are non-empty (left_at < rejoined_at), pairwise disjoint and
+//     ascending; the open episode, if any, starts at or after the end of
+//     the last closed one.
+//   - History is append-only: a closed episode is never rewritten or removed.
+//   - Leaving while Left keeps the first boundary; rejoining while Active
+//     changes nothing. Neither writes a byte.
+//   - A leave, on an Active user, whose time equals the left_at of one of
+//     the user's closed episodes is that episode's leave delivered again
+//     after the rejoin (a re-published record, say): it changes nothing and
+//     writes no byte. It is recognised by the stored left_at only, so a
+//     leave that was clamped when first applied is not recognised again;
+//     it is clamped anew.
+//   - A leave that arrives with a time before the end of the last closed
+//     episode is clamped to that end (see [Store.Leave]), which is what keeps
+//     episodes disjoint without rewriting history.
+//   - A rejoin at or before the open boundary is refused with
+//     [ErrRejoinBeforeLeave]; it would make an empty or inverted episode.
+//   - A user's state and the checkpoint of the command that produced it are
+//     committed in one Pebble batch ([Batch]), so after a crash either both
+//     or neither are present. So are the late-leave windows, notes and
+//     outbox entries added to the same batch.
+//   - A late-leave window ([LateLeave], [Batch.RecordLateLeave]) starts
+//     where one of the user's episodes starts, and forwarded_through is not
+//     before it. Recording it again keeps the larger forwarded_through.
+//     History and late-leave records exist only beside the user's
+//     current-state record; a note may exist alone, on a user who never
+//     left, who is Active with no history.
+//
+// # Late leaves and notes
+//
+// When a leave arrives after signals at or after its boundary were already
+// forwarded, the caller records the window of event times that may have
+// leaked with [Batch.RecordLateLeave], so that the purge job can remove them.
+// The caller may also attach an opaque note to a user with [Batch.SetNote]
+// (the command that last touched the user and its receipt, say); the package
+// keeps the last one and hands it back in [Member].Note without reading it.
+//
+// # Outbox
+//
+// The outbox holds records the caller must still deliver elsewhere (a
+// changelog entry, say), committed atomically with the commands that
+// produced them: [Batch.AddOutbox] adds an entry to a batch and returns its
+// sequence number, [Store.Outbox] lists the committed entries in sequence
+// order, and [Store.DeleteOutbox] deletes them once delivered.
+//
+// Sequence numbers are assigned by the store and strictly increase over the
+// store's whole life: the largest one ever assigned is committed with the
+// entries, so a number is not handed out again even after every entry was
+// deleted and the store reopened. They may have gaps (entries of batches
+// that were closed without commit), and the numbers of entries that never
+// committed may be handed out again after a reopen. Batches may commit in
+// another order than they took their numbers, so a batch that commits later
+// may bring an entry with a smaller number than one already listed.
+//
+// DeleteOutbox is not synced: after a crash a deleted entry may be listed
+// again, and is then delivered again. Delivery from the outbox is therefore
+// at least once, and the receiving side must tolerate duplicates.
+//
+// # Offsets
+//
+// A checkpoint is the next offset to read of a (topic, partition), written
+// with [Batch.SetCheckpoint] in the same batch as the state it accounts for.
+// The package stores it as given; keeping it monotonic is the caller's job.
+//
+// Each command is idempotent, but a command log is not: applied again after
+// later commands, an old command can change the state (a leave that was
+// clamped, applied again after a later rejoin, opens a new leave) or fail
+// (an old rejoin after a later leave is refused). That is why the checkpoint commits with the
+// state: a restarted consumer resumes exactly after the last command the
+// store has, and never applies a command twice.
+//
+// # Encoding
+//
+// The byte layout is fixed and golden-tested; it is described in
+// encoding.go. Every record read is validated, and a record that does not
+// decode exactly is reported as an error wrapping [ErrCorrupt] that names
+// its key; the package never guesses.
+//
+// The late-leave ([TagLateLeave]) and note ([TagNote]) records and the
+// outbox key space came before any store shipped, so the format version is
+// still 1. A reader from before them refuses such a store safely: its
+// Restore reports the new tags as unknown, with ErrCorrupt, so a processor
+// built with it does not start; it never reads the outbox space.
+//
+// # Concurrency
+//
+// A [Store] is safe for concurrent use, except that Close must not race with
+// any other method or with open batches (as with Pebble's DB). A [Batch]
+// belongs to one goroutine.
+//
+// Every change is a read-modify-write of one user's records. The intended
+// writer pattern is one batch at a time per partition worker, with users
+// partitioned so that no two workers ever touch the same user. The store
+// enforces this rather than trusting it: the first command for a user claims
+// that user for the batch until it is committed or closed, and a command for
+// a user claimed by another open batch fails at once with [ErrConflict]
+// instead of silently losing an update. [Batch.RecordLateLeave],
+// [Batch.SetNote] and [Batch.Member] claim the user in the same way.
+// [Store.Leave] and [Store.Rejoin] are one-command batches and take part in
+// the same scheme. [Batch.AddOutbox] claims no user; batches with outbox
+// entries commit one at a time.
+package membership

@@ -1,0 +1,64 @@
+package membership
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrCorrupt is wrapped by every error about a stored record that does
+	// not decode exactly: wrong length, unknown status, impossible times,
+	// malformed key, or records that contradict each other. The wrapping
+	// error is a *CorruptError naming the key.
+	ErrCorrupt = errors.New("membership: corrupt record")
+
+	// ErrRejoinBeforeLeave is wrapped by the error of a rejoin whose time is
+	// at or before the user's open leave boundary. Nothing is written.
+	ErrRejoinBeforeLeave = errors.New("membership: rejoin at or before leave")
+
+	// ErrConflict is wrapped by the error of a command for a user that another
+	// open batch has already claimed. See the package documentation, section
+	// Concurrency.
+	ErrConflict = errors.New("membership: user claimed by another batch")
+
+	// ErrInvalid is wrapped by errors about arguments the store cannot
+	// represent: a command time of OpenEnd, an unknown Op, a topic that is empty
+	// or contains 0x00, a negative partition or offset.
+	ErrInvalid = errors.New("membership: invalid argument")
+
+	// ErrUnknownFormat is wrapped by the error of Open when the store was
+	// written in a format version this build does not read, or holds records
+	// but no format version at all.
+	ErrUnknownFormat = errors.New("membership: unknown format")
+
+	// ErrClosed is returned by methods of a closed Store.
+	ErrClosed = errors.New("membership: closed")
+
+	// ErrBatchDone is returned by methods of a Batch that was already
+	// committed or closed.
+	ErrBatchDone = errors.New("membership: batch already committed or closed")
+)
+
+// CorruptError describes a stored record that failed to decode. It matches
+// ErrCorrupt with errors.Is.
+type CorruptError struct {
+	Key    []byte // the record's key, owned by the error
+	Reason string // what was wrong, e.g. "value has 3 bytes, want 9"
+}
+
+func corruptf(key []byte, format string, args ...any) error {
+	return &CorruptError{Key: append([]byte(nil), key...), Reason: fmt.Sprintf(format, args...)}
+}
+
+// Error implements error. The key is printed in hex.
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%v at key %x: %s", ErrCorrupt, e.Key, e.Reason)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// errInvalidf returns an error wrapping ErrInvalid.
+func errInvalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}

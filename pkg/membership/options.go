@@ -1,0 +1,115 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// DefaultCacheSize is the block cache size used when Options.CacheSize is 0.
+// Membership records are tiny (tens of bytes a user), so this holds the
+// records of millions of users.
+const DefaultCacheSize = 64 << 20
+
+// Options configures a Store. The zero value is ready to use: Open copies it
+// and fills in defaults with EnsureDefaults.
+type Options struct {
+	// FS is the file system the store lives in. Default: vfs.Default (the
+	// operating system's). Tests use vfs.NewMem or vfs.NewCrashableMem.
+	FS vfs.FS
+
+	// NoSync, if true, commits without waiting for the write-ahead log to
+	// reach stable storage, so a crash may lose commits that returned nil.
+	// UNSAFE: it exists only so that a chaos control run can show that
+	// syncing matters. Default false.
+	NoSync bool
+
+	// Logger receives Pebble's log lines (Info and Error levels). Default: a
+	// logger that discards everything, so that opening a store prints
+	// nothing. Pebble calls Fatalf only for errors it cannot continue from;
+	// the store logs those at Error level and then panics with the message,
+	// as Pebble requires that Fatalf not return.
+	Logger *slog.Logger
+
+	// CacheSize is the size in bytes of Pebble's block cache. Default
+	// DefaultCacheSize; must not be negative.
+	CacheSize int64
+}
+
+// EnsureDefaults fills in the zero fields of o with their defaults and
+// returns o. A nil o is allocated.
+func (o *Options) EnsureDefaults() *Options {
+	if o == nil {
+		o = &Options{}
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	return o
+}
+
+// Validate reports the first field of o that is invalid. It expects
+// EnsureDefaults to have run.
+func (o *Options) Validate() error {
+	switch {
+	case o.FS == nil:
+		return fmt.Errorf("%w: Options.FS is nil", ErrInvalid)
+	case o.Logger == nil:
+		return fmt.Errorf("%w: Options.Logger is nil", ErrInvalid)
+	case o.CacheSize < 0:
+		return fmt.Errorf("%w: Options.CacheSize is %d, want >= 0", ErrInvalid, o.CacheSize)
+	}
+	return nil
+}
+
+// pebbleOptions returns the Pebble options for o, which has been defaulted.
+func (o *Options) pebbleOptions() *pebble.Options {
+	return &pebble.Options{
+		FS:        o.FS,
+		CacheSize: o.CacheSize,
+		Logger:    pebbleLogger{o.Logger},
+	}
+}
+
+// writeOptions returns the options every commit uses.
+func (o *Options) writeOptions() *pebble.WriteOptions {
+	if o.NoSync {
+		return pebble.NoSync
+	}
+	return pebble.Sync
+}
+
+// pebbleLogger routes Pebble's printf-style logging to slog, formatting only
+// what the handler will keep.
+type pebbleLogger struct{ l *slog.Logger }
+
+var _ pebble.Logger = pebbleLogger{}
+
+func (p pebbleLogger) logf(level slog.Level, format string, args []any) {
+	if p.l.Enabled(context.Background(), level) {
+		p.l.Log(context.Background(), level, fmt.Sprintf(format, args...), "component", "pebble")
+	}
+}
+
+// Infof implements pebble.Logger.
+func (p pebbleLogger) Infof(format string, args ...any) { p.logf(slog.LevelInfo, format, args) }
+
+// Errorf implements pebble.Logger.
+func (p pebbleLogger) Errorf(format string, args ...any) { p.logf(slog.LevelError, format, args) }
+
+// Fatalf implements pebble.Logger. Pebble calls it when it cannot go on (for
+// example on corruption found in the background) and expects it not to
+// return; panicking rather than exiting lets the process's own handlers run.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.logf(slog.LevelError, format, args)
+	panic(fmt.Sprintf("membership: pebble fatal: "+format, args...))
+}
