@@ -1,0 +1,180 @@
+package fanout
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// Config configures a Processor. New copies it, fills defaults for zero
+// fields (EnsureDefaults) and validates it (Validate); a Config is never
+// modified by the Processor after New returns.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// Group is the consumer group of the signals topic. Default "cohortgate".
+	Group string
+	// Topics names every topic. Default topics.Defaults().
+	Topics topics.Set
+
+	// CreateTopics creates missing topics at start with Partitions and
+	// ReplicationFactor. When false, missing topics make start fail.
+	CreateTopics bool
+	// Partitions is the partition count of created input topics. Default 6.
+	Partitions int32
+	// ReplicationFactor of created topics; -1 takes the broker's default.
+	// Default -1.
+	ReplicationFactor int16
+
+	// ExactlyOnce forwards in Kafka transactions: forwarded signals, DLQ
+	// records, changelog records and the signals offsets commit
+	// atomically. When false, offsets are committed after the records they
+	// cover are acknowledged (at least once).
+	ExactlyOnce bool
+	// TransactionalID is the transactional ID of this instance when
+	// ExactlyOnce is set. It must be stable across restarts of one
+	// instance (so a restart fences its predecessor at once) and distinct
+	// between instances. Required with ExactlyOnce.
+	TransactionalID string
+
+	// Grace is how long after a signal's event time a leave or rejoin with
+	// an earlier boundary may still arrive and be honoured. A signal with
+	// event time t is forwarded only once the commands of its partition are
+	// known complete up to wall-clock t+Grace. Default 2s. Zero is allowed:
+	// commands acknowledged before the signal's event time are honoured.
+	Grace time.Duration
+	// MaxFutureSkew bounds how far a signal's event time may lie ahead of
+	// this processor's clock. A signal beyond it goes to the DLQ with reason
+	// timestamp_future_skew rather than stalling its partition. Default 5s.
+	MaxFutureSkew time.Duration
+	// AlignInterval is how often the end offsets of owned commands
+	// partitions are observed. It bounds the hold a signal sees beyond
+	// Grace. Default 10ms.
+	AlignInterval time.Duration
+	// CommitInterval is how long one transaction (or one offset commit
+	// cycle) collects records before it ends. Default 100ms.
+	CommitInterval time.Duration
+	// HoldMaxBytes caps the signal bytes (key+value+headers) held in memory
+	// per partition while they wait for alignment. Above it the partition's
+	// fetching pauses until the hold drains below half. Default 16 MiB.
+	HoldMaxBytes int64
+	// MaxPollRecords bounds the records taken per poll. Default 10000.
+	MaxPollRecords int
+
+	// KafkaOpts are appended to every Kafka client the Processor makes
+	// (TLS, SASL, logging, hooks).
+	KafkaOpts []kgo.Opt
+	// Logger receives operational events. Default: discard.
+	Logger *slog.Logger
+	// Registerer receives the processor's metrics. Default: none kept.
+	Registerer prometheus.Registerer
+	// Now is the wall clock. Default time.Now. Tests may skew it.
+	Now func() time.Time
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultGroup          = "cohortgate"
+	DefaultPartitions     = 6
+	DefaultGrace          = 2 * time.Second
+	DefaultMaxFutureSkew  = 5 * time.Second
+	DefaultAlignInterval  = 10 * time.Millisecond
+	DefaultCommitInterval = 100 * time.Millisecond
+	DefaultHoldMaxBytes   = 16 << 20
+	DefaultMaxPollRecords = 10000
+)
+
+// EnsureDefaults fills zero fields with their defaults and returns c.
+// Grace is left alone: zero is a meaningful setting. A negative
+// ReplicationFactor stays -1; zero becomes -1.
+func (c *Config) EnsureDefaults() *Config {
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.Topics == (topics.Set{}) {
+		c.Topics = topics.Defaults()
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = -1
+	}
+	if c.MaxFutureSkew == 0 {
+		c.MaxFutureSkew = DefaultMaxFutureSkew
+	}
+	if c.AlignInterval == 0 {
+		c.AlignInterval = DefaultAlignInterval
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
+	if c.HoldMaxBytes == 0 {
+		c.HoldMaxBytes = DefaultHoldMaxBytes
+	}
+	if c.MaxPollRecords == 0 {
+		c.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports every invalid field, one per line, each naming the field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(c.Brokers) == 0 {
+		bad("Brokers: at least one seed broker (host:port) is required")
+	}
+	for _, b := range c.Brokers {
+		if strings.TrimSpace(b) == "" || !strings.Contains(b, ":") {
+			bad("Brokers: %q is not host:port", b)
+		}
+	}
+	if err := c.Topics.Validate(); err != nil {
+		bad("Topics: %v", err)
+	}
+	if c.Partitions < 1 {
+		bad("Partitions: %d must be at least 1", c.Partitions)
+	}
+	if c.ReplicationFactor < -1 {
+		bad("ReplicationFactor: %d must be -1 (broker default) or at least 1", c.ReplicationFactor)
+	}
+	if c.ExactlyOnce && c.TransactionalID == "" {
+		bad("TransactionalID: required when ExactlyOnce is set")
+	}
+	if c.Grace < 0 {
+		bad("Grace: %v must not be negative", c.Grace)
+	}
+	if c.MaxFutureSkew < 0 {
+		bad("MaxFutureSkew: %v must not be negative", c.MaxFutureSkew)
+	}
+	if c.AlignInterval < time.Millisecond {
+		bad("AlignInterval: %v must be at least 1ms", c.AlignInterval)
+	}
+	if c.CommitInterval < time.Millisecond {
+		bad("CommitInterval: %v must be at least 1ms", c.CommitInterval)
+	}
+	if c.HoldMaxBytes < 1<<10 {
+		bad("HoldMaxBytes: %d must be at least 1024", c.HoldMaxBytes)
+	}
+	if c.MaxPollRecords < 1 {
+		bad("MaxPollRecords: %d must be at least 1", c.MaxPollRecords)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,101 @@
+// Package fanout is cohortgate's Kafka pipeline: it consumes engagement
+// signals and membership commands, applies the commands to the durable
+// store and the in-memory gate, and forwards each signal to the cohort
+// topic unless its user had left at the signal's event time.
+//
+// A [Processor] is made with [New] from a [Config] and a [Store] (a
+// *membership.Store), and runs with [Processor.Run] until its context ends.
+// Horizontal scale is Kafka's own: processors in one consumer group share
+// the partitions.
+//
+// # Partitions and ownership
+//
+// Both input topics are keyed by user id with Kafka's default partitioner
+// and have the same partition count (checked at start), so partition p of
+// the commands holds every command for the users whose signals are in
+// partition p of the signals. The signals topic is consumed in a consumer
+// group; for every signals partition p an instance is assigned, it also
+// consumes commands partition p, from the checkpoint its store holds (0 if
+// none), never from group offsets. On revocation it stops touching p.
+//
+// # The rule
+//
+// A signal of user u with event time t (its record timestamp, in ns) is
+// dropped iff t lies in one of u's leave episodes [left_at, rejoined_at),
+// the open one being [left_at, ∞). A command's boundary is its at_ns, or
+// its record timestamp.
+//
+// Alignment: a signal of partition p with event time t is decided only once
+// the commands of partition p are known complete through wall-clock
+// t + Grace. The processor observes, every AlignInterval, the last stable
+// offset of each owned commands partition and stamps it with the time the
+// request was sent: an observation (sent, end) proves that every command
+// acknowledged before sent lies below end. The signal waits until the
+// commands are applied up to the end of an observation sent at or after
+// max(t + Grace, assignment time). Hence a leave acknowledged by Kafka at
+// most Grace after the event time of a signal always gates it, whatever
+// order the two reach the processor in; and after an assignment, no signal
+// is decided before the partition's commands have caught up (fail closed).
+// The latency this adds to a signal is Grace, plus up to AlignInterval,
+// plus the time to fetch and apply the commands observed.
+//
+// A signal stamped more than MaxFutureSkew ahead of the processor's clock
+// would hold its partition; it goes to the DLQ with reason
+// timestamp_future_skew instead. Held signals are bounded per partition by
+// HoldMaxBytes: above it the partition's fetching pauses (back-pressure)
+// until the hold drains below half.
+//
+// A leave that arrives later than that, with a boundary at or before an
+// event time of its partition that was already decided, is applied all the
+// same; it is counted, logged, and stored with the window [left_at,
+// forwarded_through] in which the user's signals may have been forwarded,
+// which the changelog carries to the purge job.
+//
+// # Goroutines
+//
+// Run owns three goroutines and returns only after all have exited:
+//
+//   - the signals loop (Run's own goroutine) owns the consumer-group session
+//     and every lane of held signals. It decides signals, produces the
+//     forwarded, dead-lettered and re-published records and the outbox,
+//     and ends a cycle (a transaction) every CommitInterval;
+//   - the commands applier is the only writer of the store and the gate: it
+//     applies each fetch of commands in one store batch with the
+//     partitions' checkpoints and the outbox entries (changelog records,
+//     DLQ records of bad commands) that the signals loop will produce;
+//   - the tracker observes the commands topic's end offsets.
+//
+// The group callbacks run on franz-go's goroutines; they create and drop
+// claims (see claim.go) and change what the commands consumer fetches.
+//
+// # Delivery
+//
+// With ExactlyOnce, a cycle is a Kafka transaction (franz-go's
+// GroupTransactSession, KIP-447 fencing): the forwarded signals, DLQ
+// records, outbox records and the signals offsets commit together, so a
+// read_committed consumer of the cohort topic sees each forwarded signal
+// once across crashes, restarts and rebalances. A cycle ends with a commit
+// only if every produce in it succeeded. An aborted cycle rewinds the
+// signals to their committed offsets; it never rewinds the store or the
+// gate, whose state is a deterministic function of the commands, so the
+// replayed signals meet the same decisions. An error ending a transaction
+// means its outcome is unknown: the session is closed and replaced.
+//
+// The committed offset of a partition is that of its first held signal,
+// not of the last fetched one, so held signals are fetched again after a
+// crash. Offset metadata carries the partition's highest decided event
+// time to its next owner, for late-leave detection.
+//
+// Without ExactlyOnce, offsets are committed after everything the cycle
+// produced is acknowledged: at least once.
+//
+// Records found in a partition other than their key's murmur2 partition
+// (producers using librdkafka's default CRC32 partitioner) are re-published
+// to the right partition of the same topic and counted, never applied or
+// forwarded where they are.
+//
+// # Metrics
+//
+// The processor registers its series (names in metrics.go, prefixed
+// cohortgate_) with Config.Registerer. No label carries a user id.
+package fanout

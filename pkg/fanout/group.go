@@ -1,0 +1,98 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// marksLimit bounds the end-offset observations kept per partition: at the
+// default AlignInterval, ten seconds of them. Older ones are never needed:
+// see watermarks.
+const marksLimit = 1024
+
+func (p *Processor) newSession() (session, error) {
+	topic := string(p.cfg.Topics.Signals)
+	opts := append(p.clientOpts("cohortgate-signals"),
+		kgo.ConsumerGroup(p.cfg.Group),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(p.assigned),
+		kgo.OnPartitionsRevoked(p.revoked),
+		kgo.OnPartitionsLost(p.revoked),
+	)
+	if p.cfg.ExactlyOnce {
+		return newTxnSession(topic, append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
+	}
+	return newPlainSession(topic, append(opts, kgo.DisableAutoCommit()))
+}
+
+// assigned claims the new signals partitions and starts consuming their
+// commands from the store's checkpoints. Their signals wait (fail closed)
+// until the commands are applied through an end offset observed after
+// this moment.
+func (p *Processor) assigned(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+	parts := m[string(p.cfg.Topics.Signals)]
+	if len(parts) == 0 {
+		return
+	}
+	seen := p.committedEventTimes(ctx)
+	now := p.cfg.Now().UnixNano()
+	start := make(map[int32]kgo.Offset, len(parts))
+	for _, part := range parts {
+		next, _, err := p.store.Checkpoint(string(p.cfg.Topics.Commands), part)
+		if err != nil {
+			p.halt(fmt.Errorf("unable to read the commands checkpoint of partition %d: %w", part, err))
+			return
+		}
+		c := newClaim(part, now, next, marksLimit)
+		if ts, ok := seen[part]; ok {
+			c.maxEventNs.Store(ts)
+		}
+		p.claims.put(c)
+		start[part] = kgo.NoResetOffset().At(next)
+	}
+	p.cmds.AddConsumePartitions(map[string]map[int32]kgo.Offset{string(p.cfg.Topics.Commands): start})
+	p.log.Info("partitions assigned; catching up with their commands before forwarding", "partitions", parts)
+}
+
+// revoked stops every use of the partitions: their claims go, so the
+// commands side ignores their records and the main loop drops what it held.
+func (p *Processor) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	parts := m[string(p.cfg.Topics.Signals)]
+	if len(parts) == 0 {
+		return
+	}
+	for _, part := range parts {
+		p.claims.drop(part)
+	}
+	p.cmds.RemoveConsumePartitions(map[string][]int32{string(p.cfg.Topics.Commands): parts})
+	p.log.Info("partitions released", "partitions", parts)
+}
+
+// committedEventTimes reads, from the group's committed offsets, the
+// highest event time each partition's previous owner decided. A leave with
+// an earlier boundary is late even if this instance never saw the signal.
+// Unreadable metadata only weakens late-leave detection, so errors are
+// logged, not fatal.
+func (p *Processor) committedEventTimes(ctx context.Context) map[int32]int64 {
+	out := make(map[int32]int64)
+	resp, err := p.adm.FetchOffsetsForTopics(ctx, p.cfg.Group, string(p.cfg.Topics.Signals))
+	if err != nil {
+		p.log.Warn("unable to read committed offsets metadata", "err", err)
+		return out
+	}
+	for part, o := range resp[string(p.cfg.Topics.Signals)] {
+		if o.Err != nil || o.Metadata == "" {
+			continue
+		}
+		if ts, err := strconv.ParseInt(o.Metadata, 10, 64); err == nil {
+			out[part] = ts
+		}
+	}
+	return out
+}

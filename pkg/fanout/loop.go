@@ -1,0 +1,367 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// lane is the main loop's state for one owned signals partition.
+type lane struct {
+	c      *claim
+	q      queue
+	paused bool
+}
+
+// loop is the signals side: one goroutine that owns a session and the
+// lanes. It decides every signal, produces the results and ends a cycle
+// every CommitInterval.
+type loop struct {
+	p     *Processor
+	s     session
+	lanes map[int32]*lane
+	kp    keyPartition
+
+	// inflight are the outbox entries produced in the current cycle; they
+	// are deleted from the store once the cycle commits.
+	inflight []outboxItem
+	promise  func(*kgo.Record, error)
+}
+
+// errReplaceSession asks Run to close the session and make a new one: the
+// outcome of a transaction is unknown.
+var errReplaceSession = errors.New("fanout: session must be replaced")
+
+func newLoop(p *Processor, s session) *loop {
+	l := &loop{p: p, s: s, lanes: make(map[int32]*lane), kp: newKeyPartition()}
+	l.promise = l.acked
+	return l
+}
+
+// run cycles until ctx is done, then ends the last cycle with a commit so
+// that everything decided so far is durable. Produces and the final commit
+// run on a context that outlives ctx: shutting down finishes in-flight work.
+func (l *loop) run(ctx context.Context) error {
+	work := context.WithoutCancel(ctx)
+	for {
+		if err := l.s.begin(); err != nil {
+			return fmt.Errorf("%w: unable to begin: %v", errReplaceSession, err)
+		}
+		deadline := time.Now().Add(l.p.cfg.CommitInterval)
+		for ctx.Err() == nil && time.Now().Before(deadline) {
+			if err := l.step(ctx, work, deadline); err != nil {
+				return err
+			}
+		}
+		if err := l.end(work); err != nil {
+			return err
+		}
+		l.s.allowRebalance()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// step polls once and decides what it can.
+func (l *loop) step(ctx, work context.Context, deadline time.Time) error {
+	l.syncLanes()
+	wait := time.Until(deadline)
+	if l.holding() && wait > l.p.cfg.AlignInterval {
+		wait = l.p.cfg.AlignInterval // held signals: look again soon
+	}
+	pollCtx, cancel := context.WithTimeout(ctx, wait)
+	fetches := l.s.poll(pollCtx, l.p.cfg.MaxPollRecords)
+	cancel()
+	if fetches.IsClientClosed() {
+		return fmt.Errorf("%w: client closed", errReplaceSession)
+	}
+	l.take(fetches)
+	l.decideAll(work)
+	l.drainOutbox(work)
+	l.backpressure()
+	return nil
+}
+
+// take appends fetched signals to their lanes and reports fetch errors.
+// Lanes are synced first: the poll may have run the assignment callback.
+func (l *loop) take(fetches kgo.Fetches) {
+	l.syncLanes()
+	fetches.EachError(func(t string, p int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		l.p.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+	})
+	now := time.Now().UnixNano()
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 {
+			return
+		}
+		ln := l.lanes[fp.Partition]
+		if ln == nil {
+			// Fetched for a partition whose claim is gone: the new
+			// owner fetches it again from the committed offset.
+			return
+		}
+		for _, r := range fp.Records {
+			ln.q.push(r, now)
+		}
+		l.p.m.signalsIn.Add(float64(len(fp.Records)))
+		last := fp.Records[len(fp.Records)-1].Offset
+		l.p.m.lag.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(max(fp.HighWatermark-last-1, 0)))
+	})
+}
+
+// syncLanes makes the lanes match the claims: a lane whose claim was
+// revoked or replaced is dropped with everything it held.
+func (l *loop) syncLanes() {
+	for p, ln := range l.lanes {
+		if cur := l.p.claims.get(p); cur != ln.c {
+			l.dropLane(p, ln)
+		}
+	}
+	for _, c := range l.p.claims.all() {
+		if l.lanes[c.partition] == nil {
+			l.lanes[c.partition] = &lane{c: c}
+		}
+	}
+}
+
+func (l *loop) dropLane(p int32, ln *lane) {
+	if ln.paused {
+		l.s.client().ResumeFetchPartitions(map[string][]int32{string(l.p.cfg.Topics.Signals): {p}})
+	}
+	ln.q.reset()
+	delete(l.lanes, p)
+	l.p.m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
+}
+
+func (l *loop) holding() bool {
+	for _, ln := range l.lanes {
+		if ln.q.len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// decideAll decides, lane by lane, every signal at the head of its lane
+// that can be decided now. A signal that must wait blocks those behind it:
+// offsets are committed in order.
+func (l *loop) decideAll(ctx context.Context) {
+	now := l.p.cfg.Now().UnixNano()
+	for _, ln := range l.lanes {
+		if ln.q.len() == 0 {
+			continue
+		}
+		c := ln.c
+		through, known := c.marks.through(c.applied.Load(), c.assignedNs)
+		for {
+			h, ok := ln.q.peek()
+			if !ok || !l.decide(ctx, ln, h, now, through, known) {
+				break
+			}
+			ln.q.pop()
+		}
+	}
+	l.p.held.Store(int64(l.heldCount()))
+}
+
+// decide settles one signal, reporting false when it must wait.
+//
+// The order of the checks is the contract: a key that is not a user id,
+// a record in the wrong partition and an event time implausibly far ahead
+// are settled at once (DLQ or re-publish); everything else waits until the
+// commands of its partition are known complete through event time + grace
+// and then goes through the gate.
+func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int64, known bool) bool {
+	r, c := h.r, ln.c
+	user, err := topics.ParseUserID(r.Key)
+	if err != nil {
+		l.deadLetter(ctx, r, sourceSignals, topics.ReasonOf(err), err)
+		return true
+	}
+	if want := l.kp.of(r.Key, l.p.signalPartitions); want != r.Partition {
+		l.republish(ctx, r, want, sourceSignals)
+		return true
+	}
+	ts := r.Timestamp.UnixNano()
+	if skew := l.p.cfg.MaxFutureSkew.Nanoseconds(); ts > nowNs+skew {
+		err := fmt.Errorf("event time %d ns is %v ahead of this processor's clock (max %v)",
+			ts, time.Duration(ts-nowNs), l.p.cfg.MaxFutureSkew)
+		l.deadLetter(ctx, r, sourceSignals, topics.ReasonTimestampSkew, err)
+		return true
+	}
+	if !known || max(ts+l.p.cfg.Grace.Nanoseconds(), c.assignedNs) > through {
+		return false
+	}
+	// Publish what may be decided before asking the gate; see claim.
+	if r.Offset+1 > c.deciding.Load() {
+		c.deciding.Store(r.Offset + 1)
+	}
+	if ts > c.maxEventNs.Load() {
+		c.maxEventNs.Store(ts)
+	}
+	l.p.m.holdSeconds.Observe(float64(time.Now().UnixNano()-h.fetchedNs) / 1e9)
+	if !l.p.gate.Allows(user, uint64(ts)) {
+		l.p.m.dropped.WithLabelValues(dropLeft).Inc()
+		return true
+	}
+	l.s.produce(ctx, &kgo.Record{
+		Topic:     string(l.p.cfg.Topics.Cohort),
+		Key:       r.Key,
+		Value:     r.Value,
+		Headers:   r.Headers,
+		Timestamp: r.Timestamp,
+	}, l.promise)
+	return true
+}
+
+// acked accounts for a forwarded signal. Failures are counted by the
+// session, which ends the cycle without committing.
+func (l *loop) acked(r *kgo.Record, err error) {
+	if err != nil {
+		l.p.m.produceErrors.Inc()
+		l.p.log.Warn("produce failed", "topic", r.Topic, "err", err)
+		return
+	}
+	l.p.m.forwarded.Inc()
+	l.p.m.forwardLatency.Observe(time.Since(r.Timestamp).Seconds())
+}
+
+// deadLetter sends r to the DLQ with the reason and its origin in headers.
+func (l *loop) deadLetter(ctx context.Context, r *kgo.Record, source string, reason topics.Reason, err error) {
+	l.p.m.dlq.WithLabelValues(source, string(reason)).Inc()
+	l.s.produce(ctx, deadLetterRecord(l.p.cfg.Topics.DLQ, r, reason, err), l.otherAcked)
+}
+
+// republish sends r to the partition that owns its key in its own topic.
+func (l *loop) republish(ctx context.Context, r *kgo.Record, want int32, source string) {
+	l.p.m.misrouted.WithLabelValues(source).Inc()
+	l.p.warnMisrouted(r, want)
+	l.s.produce(ctx, republishRecord(r, want), l.otherAcked)
+}
+
+func (l *loop) otherAcked(r *kgo.Record, err error) {
+	if err != nil {
+		l.p.m.produceErrors.Inc()
+		l.p.log.Warn("produce failed", "topic", r.Topic, "err", err)
+	}
+}
+
+// drainOutbox produces what the commands side queued (changelog records,
+// DLQ records of bad commands, misrouted commands) inside this cycle.
+func (l *loop) drainOutbox(ctx context.Context) {
+	items := l.p.outbox.take()
+	for _, it := range items {
+		l.s.produce(ctx, it.record(), l.otherAcked)
+	}
+	l.inflight = append(l.inflight, items...)
+}
+
+// backpressure pauses fetching of a lane holding more than HoldMaxBytes and
+// resumes it below half.
+func (l *loop) backpressure() {
+	topic := string(l.p.cfg.Topics.Signals)
+	var heldBytes int64
+	for p, ln := range l.lanes {
+		heldBytes += ln.q.bytes
+		switch {
+		case !ln.paused && ln.q.bytes > l.p.cfg.HoldMaxBytes:
+			l.s.client().PauseFetchPartitions(map[string][]int32{topic: {p}})
+			ln.paused = true
+		case ln.paused && ln.q.bytes < l.p.cfg.HoldMaxBytes/2:
+			l.s.client().ResumeFetchPartitions(map[string][]int32{topic: {p}})
+			ln.paused = false
+		}
+	}
+	l.p.heldBytes.Store(heldBytes)
+}
+
+func (l *loop) heldCount() int {
+	n := 0
+	for _, ln := range l.lanes {
+		n += ln.q.len()
+	}
+	return n
+}
+
+// end ends the cycle. Held signals pin their partition's committed offset.
+func (l *loop) end(ctx context.Context) error {
+	pos := make(map[int32]position, len(l.lanes))
+	for p, ln := range l.lanes {
+		ps := position{meta: strconv.FormatInt(ln.c.maxEventNs.Load(), 10)}
+		if h, ok := ln.q.peek(); ok {
+			ps.held, ps.at = true, kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset}
+		}
+		pos[p] = ps
+	}
+	committed, err := l.s.end(ctx, true, pos)
+	switch {
+	case errors.Is(err, errOffsetsNotCommitted):
+		// Output acknowledged, offsets not committed: the signals are
+		// processed again by their next owner (at least once).
+		l.p.m.txns.WithLabelValues(outcomeAbort).Inc()
+		l.p.log.Warn("offset commit failed; signals will be processed again", "err", err)
+		l.delivered()
+		return nil
+	case err != nil:
+		l.p.m.txns.WithLabelValues(outcomeUnsure).Inc()
+		l.p.outbox.putBack(l.inflight)
+		l.inflight = l.inflight[:0]
+		return fmt.Errorf("%w: %v", errReplaceSession, err)
+	case !committed:
+		l.p.m.txns.WithLabelValues(outcomeAbort).Inc()
+		l.p.log.Info("cycle aborted; its signals will be fetched again")
+		l.p.outbox.putBack(l.inflight)
+		l.inflight = l.inflight[:0]
+		l.rewind()
+		return nil
+	}
+	l.p.m.txns.WithLabelValues(outcomeCommit).Inc()
+	l.delivered()
+	return nil
+}
+
+// rewind drops every undecided signal and moves the fetch positions of
+// all lanes back to the group's committed offsets, so that the aborted
+// cycle's signals are fetched and decided again. franz-go rewinds the
+// partitions that have a committed offset on its own after an abort, but
+// not those that never had one: they go back to the log start here.
+func (l *loop) rewind() {
+	topic := string(l.p.cfg.Topics.Signals)
+	committed := l.s.client().CommittedOffsets()[topic]
+	set := make(map[int32]kgo.EpochOffset, len(l.lanes))
+	for p, ln := range l.lanes {
+		ln.q.reset()
+		if o, ok := committed[p]; ok {
+			set[p] = o
+		} else {
+			set[p] = kgo.EpochOffset{Epoch: -1, Offset: 0}
+		}
+	}
+	l.s.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: set})
+}
+
+// delivered clears the outbox entries produced in a cycle whose output is
+// durable.
+func (l *loop) delivered() {
+	n := len(l.inflight)
+	if n == 0 {
+		return
+	}
+	if err := l.p.outbox.delivered(l.inflight[n-1].seq); err != nil {
+		// Delivered but still stored: produced again after a restart.
+		// Changelog records are idempotent by key; DLQ records carry
+		// their source offset.
+		l.p.log.Warn("unable to clear delivered outbox entries", "err", err)
+	}
+	l.inflight = l.inflight[:0]
+}

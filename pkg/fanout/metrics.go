@@ -1,0 +1,144 @@
+package fanout
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the processor's own Prometheus series. Labels never carry a
+// user id: cardinality stays bounded by partitions, reasons and outcomes.
+type metrics struct {
+	signalsIn      prometheus.Counter
+	forwarded      prometheus.Counter
+	dropped        *prometheus.CounterVec // reason
+	dlq            *prometheus.CounterVec // source, reason
+	commands       *prometheus.CounterVec // op, result
+	misrouted      *prometheus.CounterVec // topic
+	lateLeaves     prometheus.Counter
+	txns           *prometheus.CounterVec // outcome
+	produceErrors  prometheus.Counter
+	forwardLatency prometheus.Histogram
+	holdSeconds    prometheus.Histogram
+	restoreSeconds prometheus.Gauge
+	lag            *prometheus.GaugeVec // partition
+}
+
+// Metric names, exported for dashboards, alerts and tests.
+const (
+	MetricSignalsIn         = "cohortgate_signals_in_total"
+	MetricForwarded         = "cohortgate_signals_forwarded_total"
+	MetricDropped           = "cohortgate_signals_dropped_total"
+	MetricDLQ               = "cohortgate_dlq_records_total"
+	MetricCommands          = "cohortgate_commands_applied_total"
+	MetricMisrouted         = "cohortgate_misrouted_records_total"
+	MetricLateLeaves        = "cohortgate_late_leaves_total"
+	MetricTransactions      = "cohortgate_transactions_total"
+	MetricProduceErrors     = "cohortgate_produce_errors_total"
+	MetricForwardLatency    = "cohortgate_forward_latency_seconds"
+	MetricHoldSeconds       = "cohortgate_hold_seconds"
+	MetricRestoreSeconds    = "cohortgate_restore_duration_seconds"
+	MetricConsumerLag       = "cohortgate_consumer_lag_records"
+	MetricGateMembers       = "cohortgate_gate_members"
+	MetricGateBytes         = "cohortgate_gate_memory_bytes"
+	MetricHeldSignals       = "cohortgate_held_signals"
+	MetricHeldBytes         = "cohortgate_held_bytes"
+	MetricPartitionsOwned   = "cohortgate_partitions_owned"
+	MetricPartitionsRestore = "cohortgate_partitions_restoring"
+	MetricOutboxPending     = "cohortgate_outbox_pending"
+	MetricReady             = "cohortgate_ready"
+)
+
+// gauges are values the processor already tracks, exposed as GaugeFuncs so
+// that nothing has to remember to set them.
+type gauges struct {
+	gateMembers, gateBytes   func() float64
+	heldSignals, heldBytes   func() float64
+	owned, restoring, outbox func() float64
+	ready                    func() float64
+}
+
+func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
+	latencyBuckets := prometheus.ExponentialBuckets(0.0005, 2, 16) // 0.5ms .. ~16s
+	m := &metrics{
+		signalsIn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricSignalsIn, Help: "Signals fetched from the signals topic.",
+		}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricForwarded, Help: "Signals forwarded to the cohort topic (acknowledged; in a committed transaction when exactly-once).",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricDropped, Help: "Signals not forwarded because the user had left at the signal's event time.",
+		}, []string{"reason"}),
+		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricDLQ, Help: "Records written to the dead-letter topic, by source topic role and reason.",
+		}, []string{"source", "reason"}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricCommands, Help: "Membership commands applied, by op and whether they changed state.",
+		}, []string{"op", "result"}),
+		misrouted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricMisrouted, Help: "Records found in a partition other than their key's murmur2 partition and re-published there.",
+		}, []string{"source"}),
+		lateLeaves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricLateLeaves, Help: "Leaves whose boundary lay before signals of their partition already allowed (arrived beyond the grace).",
+		}),
+		txns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricTransactions, Help: "Processing cycles ended, by outcome (commit, abort, unknown).",
+		}, []string{"outcome"}),
+		produceErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricProduceErrors, Help: "Produce requests that failed; the cycle they belong to is aborted or rewound.",
+		}),
+		forwardLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: MetricForwardLatency, Help: "Time from a signal being fetched to its forwarded copy being acknowledged.",
+			Buckets: latencyBuckets,
+		}),
+		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: MetricHoldSeconds, Help: "Time a signal waited between fetch and decision (alignment with the commands topic, restore).",
+			Buckets: latencyBuckets,
+		}),
+		restoreSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricRestoreSeconds, Help: "Seconds the last start-up rebuild of the gate from the local store took.",
+		}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricConsumerLag, Help: "Records between the signals high watermark and the last fetched offset, per owned partition.",
+		}, []string{"partition"}),
+	}
+	cs := []prometheus.Collector{
+		m.signalsIn, m.forwarded, m.dropped, m.dlq, m.commands, m.misrouted,
+		m.lateLeaves, m.txns, m.produceErrors, m.forwardLatency, m.holdSeconds,
+		m.restoreSeconds, m.lag,
+		gaugeFunc(MetricGateMembers, "Users with an entry in the in-memory gate (users who ever left).", g.gateMembers),
+		gaugeFunc(MetricGateBytes, "Approximate bytes held by the in-memory gate.", g.gateBytes),
+		gaugeFunc(MetricHeldSignals, "Signals fetched and waiting for a decision.", g.heldSignals),
+		gaugeFunc(MetricHeldBytes, "Bytes of signals fetched and waiting for a decision.", g.heldBytes),
+		gaugeFunc(MetricPartitionsOwned, "Partitions this instance owns.", g.owned),
+		gaugeFunc(MetricPartitionsRestore, "Owned partitions whose membership state is still catching up; their signals wait.", g.restoring),
+		gaugeFunc(MetricOutboxPending, "Changelog, DLQ and re-published command records durably queued for the next transaction.", g.outbox),
+		gaugeFunc(MetricReady, "1 once state is restored and every owned partition caught up, else 0.", g.ready),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Pre-create the common series so dashboards show zero, not absence.
+	m.dropped.WithLabelValues(dropLeft)
+	m.txns.WithLabelValues(outcomeCommit)
+	m.txns.WithLabelValues(outcomeAbort)
+	return m, nil
+}
+
+func gaugeFunc(name, help string, fn func() float64) prometheus.GaugeFunc {
+	if fn == nil {
+		fn = func() float64 { return 0 }
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn)
+}
+
+// Label values.
+const (
+	dropLeft      = "left"
+	outcomeCommit = "commit"
+	outcomeAbort  = "abort"
+	outcomeUnsure = "unknown"
+	sourceSignals = "signals"
+	sourceCmds    = "commands"
+)

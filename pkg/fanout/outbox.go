@@ -1,0 +1,167 @@
+package fanout
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The outbox carries records that the commands side decides (changelog
+// records, DLQ records of bad commands, misrouted commands to re-publish)
+// to the signals side, which produces them inside its next cycle. Entries
+// are written to the store in the same batch as the commands they come
+// from, so a crash between applying a command and producing its records
+// loses nothing: the entries are loaded again at start. An entry is
+// deleted once the cycle that produced it committed; a crash between the
+// two produces it again (at least once: changelog records are idempotent
+// per key, DLQ records name their source offset).
+
+// outboxEntry is one stored record, encoded as JSON (the outbox is off the
+// hot path; JSON keeps it inspectable).
+type outboxEntry struct {
+	Topic string `json:"topic"`
+	// Partition is the target partition, or -1 to place the record by
+	// key like every other record.
+	Partition   int32          `json:"partition"`
+	Key         []byte         `json:"key"`
+	Value       []byte         `json:"value"`
+	Headers     []outboxHeader `json:"headers,omitempty"`
+	TimestampNs int64          `json:"ts_ns"`
+}
+
+type outboxHeader struct {
+	Key   string `json:"k"`
+	Value []byte `json:"v"`
+}
+
+// errOutboxCorrupt is wrapped by every outbox decoding error.
+var errOutboxCorrupt = errors.New("fanout: corrupt outbox entry")
+
+func encodeOutbox(e outboxEntry) []byte {
+	b, err := json.Marshal(e)
+	if err != nil {
+		// Only strings, byte slices and integers: Marshal cannot fail.
+		panic(fmt.Sprintf("fanout: encoding outbox entry: %v", err))
+	}
+	return b
+}
+
+func decodeOutbox(b []byte) (outboxEntry, error) {
+	var e outboxEntry
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return e, fmt.Errorf("%w: %v", errOutboxCorrupt, err)
+	}
+	if dec.More() {
+		return e, fmt.Errorf("%w: trailing data", errOutboxCorrupt)
+	}
+	switch {
+	case e.Topic == "":
+		return e, fmt.Errorf("%w: no topic", errOutboxCorrupt)
+	case e.Partition < -1:
+		return e, fmt.Errorf("%w: partition %d", errOutboxCorrupt, e.Partition)
+	}
+	return e, nil
+}
+
+func outboxFrom(r *kgo.Record, partition int32) outboxEntry {
+	e := outboxEntry{
+		Topic:       r.Topic,
+		Partition:   partition,
+		Key:         r.Key,
+		Value:       r.Value,
+		TimestampNs: r.Timestamp.UnixNano(),
+	}
+	for _, h := range r.Headers {
+		e.Headers = append(e.Headers, outboxHeader{h.Key, h.Value})
+	}
+	return e
+}
+
+// outboxItem is an entry and its store sequence number.
+type outboxItem struct {
+	seq uint64
+	e   outboxEntry
+}
+
+func (it outboxItem) record() *kgo.Record {
+	r := &kgo.Record{
+		Topic:     it.e.Topic,
+		Key:       it.e.Key,
+		Value:     it.e.Value,
+		Timestamp: time.Unix(0, it.e.TimestampNs),
+	}
+	for _, h := range it.e.Headers {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	if it.e.Partition >= 0 {
+		pin(r, it.e.Partition)
+	}
+	return r
+}
+
+// outboxDeleter removes delivered entries from durable storage.
+type outboxDeleter interface {
+	DeleteOutbox(through uint64) error
+}
+
+// outbox is the in-memory side of the durable outbox: entries committed
+// to the store and not yet produced, in sequence order.
+type outbox struct {
+	store outboxDeleter
+	mu    struct {
+		sync.Mutex
+		pending []outboxItem
+	}
+	stored atomic.Int64 // entries in the store: pending + produced, undelivered
+}
+
+// add queues entries already committed to the store.
+func (o *outbox) add(items ...outboxItem) {
+	if len(items) == 0 {
+		return
+	}
+	o.mu.Lock()
+	o.mu.pending = append(o.mu.pending, items...)
+	o.mu.Unlock()
+	o.stored.Add(int64(len(items)))
+}
+
+// take removes and returns every pending entry.
+func (o *outbox) take() []outboxItem {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	items := o.mu.pending
+	o.mu.pending = nil
+	return items
+}
+
+// putBack returns entries whose cycle did not commit to the front of the
+// queue, keeping sequence order.
+func (o *outbox) putBack(items []outboxItem) {
+	if len(items) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mu.pending = append(append(make([]outboxItem, 0, len(items)+len(o.mu.pending)), items...), o.mu.pending...)
+}
+
+// delivered deletes stored entries through seq.
+func (o *outbox) delivered(through uint64) error {
+	if err := o.store.DeleteOutbox(through); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	left := int64(len(o.mu.pending))
+	o.mu.Unlock()
+	o.stored.Store(left)
+	return nil
+}

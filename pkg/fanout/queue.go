@@ -1,0 +1,62 @@
+package fanout
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+// queue holds the fetched, undecided signals of one partition in offset
+// order. Only the main loop touches it.
+type queue struct {
+	recs  []held // recs[head:] are undecided
+	head  int
+	bytes int64 // sum of recordSize over recs[head:]
+}
+
+// held is a fetched signal and when it was fetched (ns, wall clock).
+type held struct {
+	r         *kgo.Record
+	fetchedNs int64
+}
+
+func recordSize(r *kgo.Record) int64 {
+	n := int64(len(r.Key) + len(r.Value))
+	for _, h := range r.Headers {
+		n += int64(len(h.Key) + len(h.Value))
+	}
+	return n
+}
+
+func (q *queue) push(r *kgo.Record, fetchedNs int64) {
+	q.recs = append(q.recs, held{r, fetchedNs})
+	q.bytes += recordSize(r)
+}
+
+func (q *queue) len() int { return len(q.recs) - q.head }
+
+// peek returns the oldest undecided record; ok is false when there is none.
+func (q *queue) peek() (h held, ok bool) {
+	if q.head == len(q.recs) {
+		return held{}, false
+	}
+	return q.recs[q.head], true
+}
+
+// pop drops the oldest undecided record. The backing array is reused once
+// drained, and compacted when more than half of it is decided, so a queue
+// that never empties does not grow without bound.
+func (q *queue) pop() {
+	q.bytes -= recordSize(q.recs[q.head].r)
+	q.recs[q.head] = held{}
+	q.head++
+	switch {
+	case q.head == len(q.recs):
+		q.recs, q.head = q.recs[:0], 0
+	case q.head > 1024 && q.head > len(q.recs)/2:
+		n := copy(q.recs, q.recs[q.head:])
+		clear(q.recs[n:])
+		q.recs, q.head = q.recs[:n], 0
+	}
+}
+
+func (q *queue) reset() {
+	clear(q.recs)
+	q.recs, q.head, q.bytes = q.recs[:0], 0, 0
+}

@@ -1,0 +1,58 @@
+package fanout
+
+import (
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// deadLetterRecord copies r to the DLQ topic: original key, value, headers
+// and timestamp, plus headers saying why and where it came from.
+func deadLetterRecord(dlq topics.Topic, r *kgo.Record, reason topics.Reason, err error) *kgo.Record {
+	hs := make([]kgo.RecordHeader, 0, len(r.Headers)+5)
+	hs = append(hs, r.Headers...)
+	hs = append(hs,
+		kgo.RecordHeader{Key: topics.HeaderReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: topics.HeaderError, Value: []byte(errorText(err))},
+		kgo.RecordHeader{Key: topics.HeaderSourceTopic, Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: topics.HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
+		kgo.RecordHeader{Key: topics.HeaderSourceOffset, Value: strconv.AppendInt(nil, r.Offset, 10)},
+	)
+	return &kgo.Record{
+		Topic:     string(dlq),
+		Key:       r.Key,
+		Value:     r.Value,
+		Headers:   hs,
+		Timestamp: r.Timestamp,
+	}
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// republishRecord copies r, unchanged but for a header naming where it was
+// found, to partition want of its own topic: the partition Kafka's default
+// partitioner assigns its key, where its user's other records are.
+func republishRecord(r *kgo.Record, want int32) *kgo.Record {
+	hs := make([]kgo.RecordHeader, 0, len(r.Headers)+1)
+	hs = append(hs, r.Headers...)
+	hs = append(hs, kgo.RecordHeader{
+		Key:   topics.HeaderMisroutedFrom,
+		Value: strconv.AppendInt(append(strconv.AppendInt(nil, int64(r.Partition), 10), '/'), r.Offset, 10),
+	})
+	out := &kgo.Record{
+		Topic:     r.Topic,
+		Key:       r.Key,
+		Value:     r.Value,
+		Headers:   hs,
+		Timestamp: r.Timestamp,
+	}
+	pin(out, want)
+	return out
+}

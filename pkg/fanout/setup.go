@@ -1,0 +1,195 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// PartitionMismatchError reports input topics that are not co-partitioned.
+type PartitionMismatchError struct {
+	Commands, Signals                   topics.Topic
+	CommandPartitions, SignalPartitions int
+}
+
+func (e *PartitionMismatchError) Error() string {
+	return fmt.Sprintf("%s has %d partitions but %s has %d: they must be equal, "+
+		"because partition p of the commands must hold every command for the users whose signals are in partition p; "+
+		"fix: recreate %s with %d partitions (its commands are the source of truth, so copy them over), "+
+		"or point --commands-topic/--signals-topic at co-partitioned topics",
+		e.Commands, e.CommandPartitions, e.Signals, e.SignalPartitions, e.Commands, e.SignalPartitions)
+}
+
+// MissingTopicsError reports topics that do not exist while topic creation
+// is off.
+type MissingTopicsError struct{ Topics []string }
+
+func (e *MissingTopicsError) Error() string {
+	return fmt.Sprintf("topics do not exist: %s; create them (commands and signals with equal partition counts; "+
+		"commands with retention.ms=-1, changelog with cleanup.policy=compact) or run with topic creation enabled",
+		strings.Join(e.Topics, ", "))
+}
+
+// connect makes the admin and commands clients and checks the topics.
+func (p *Processor) connect(ctx context.Context) error {
+	base := p.clientOpts("cohortgate-admin")
+	admCl, err := kgo.NewClient(base...)
+	if err != nil {
+		return fmt.Errorf("unable to create admin client: %w", err)
+	}
+	p.adm = kadm.NewClient(admCl)
+	n, err := ensureTopics(ctx, p.adm, p.cfg, p.log)
+	if err != nil {
+		p.adm.Close()
+		return err
+	}
+	p.signalPartitions = n
+	p.cmds, err = kgo.NewClient(append(p.clientOpts("cohortgate-commands"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+	)...)
+	if err != nil {
+		p.adm.Close()
+		return fmt.Errorf("unable to create commands consumer: %w", err)
+	}
+	return nil
+}
+
+func (p *Processor) clientOpts(id string) []kgo.Opt {
+	return append([]kgo.Opt{
+		kgo.SeedBrokers(p.cfg.Brokers...),
+		kgo.ClientID(id),
+		kgo.RecordPartitioner(newPartitioner()),
+	}, p.cfg.KafkaOpts...)
+}
+
+// ensureTopics creates the missing topics when allowed and checks that the
+// input topics are co-partitioned. It returns their partition count.
+func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, log interface {
+	Info(string, ...any)
+}) (int32, error) {
+	specs := cfg.Topics.Specs()
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = string(s.Topic)
+	}
+	details, err := listTopics(ctx, adm, names)
+	if err != nil {
+		return 0, err
+	}
+	var missing []topics.Spec
+	for _, s := range specs {
+		if _, ok := details[string(s.Topic)]; !ok {
+			missing = append(missing, s)
+		}
+	}
+	if len(missing) > 0 {
+		if !cfg.CreateTopics {
+			var ms []string
+			for _, s := range missing {
+				ms = append(ms, string(s.Topic))
+			}
+			return 0, &MissingTopicsError{Topics: ms}
+		}
+		if err := createTopics(ctx, adm, cfg, details, missing, log); err != nil {
+			return 0, err
+		}
+		if details, err = waitTopics(ctx, adm, names); err != nil {
+			return 0, err
+		}
+	}
+	nc := len(details[string(cfg.Topics.Commands)].Partitions)
+	ns := len(details[string(cfg.Topics.Signals)].Partitions)
+	if nc != ns {
+		return 0, &PartitionMismatchError{
+			Commands: cfg.Topics.Commands, Signals: cfg.Topics.Signals,
+			CommandPartitions: nc, SignalPartitions: ns,
+		}
+	}
+	return int32(ns), nil
+}
+
+// listTopics returns the existing topics among names; a name that does not
+// exist is absent from the result. Authorization and transport failures
+// are errors.
+func listTopics(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
+	td, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("unable to list topics: %w", err)
+	}
+	out := make(kadm.TopicDetails)
+	for name, d := range td {
+		switch {
+		case errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+		case d.Err != nil:
+			return nil, fmt.Errorf("unable to describe topic %s: %w", name, d.Err)
+		case len(d.Partitions) > 0:
+			out[name] = d
+		}
+	}
+	return out, nil
+}
+
+// createTopics creates the missing topics. An input topic created beside an
+// existing one takes its partition count, so the pair stays co-partitioned.
+func createTopics(ctx context.Context, adm *kadm.Client, cfg Config, existing kadm.TopicDetails, missing []topics.Spec, log interface {
+	Info(string, ...any)
+}) error {
+	inputs := cfg.Partitions
+	for _, t := range []topics.Topic{cfg.Topics.Signals, cfg.Topics.Commands} {
+		if d, ok := existing[string(t)]; ok {
+			inputs = int32(len(d.Partitions))
+		}
+	}
+	for _, s := range missing {
+		parts := cfg.Partitions
+		if s.SamePartitionsAsSignals {
+			parts = inputs
+		}
+		configs := make(map[string]*string, len(s.Configs))
+		for k, v := range s.Configs {
+			configs[k] = kadm.StringPtr(v)
+		}
+		resp, err := adm.CreateTopic(ctx, parts, cfg.ReplicationFactor, configs, string(s.Topic))
+		switch {
+		case errors.Is(err, kerr.TopicAlreadyExists):
+			// Another instance won the race; the check below compares counts.
+		case err != nil:
+			msg := resp.ErrMessage
+			if msg != "" {
+				msg = " (" + msg + ")"
+			}
+			return fmt.Errorf("unable to create topic %s (%s)%s: %w", s.Topic, s.Role, msg, err)
+		default:
+			log.Info("created topic", "topic", string(s.Topic), "role", s.Role, "partitions", parts)
+		}
+	}
+	return nil
+}
+
+// waitTopics waits, bounded, until every name is visible with partitions:
+// creation is acknowledged before metadata propagates.
+func waitTopics(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		details, err := listTopics(ctx, adm, names)
+		if err == nil && len(details) == len(names) {
+			return details, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("topics created but not visible after 30s: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
