@@ -1,0 +1,80 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// view is what the HTTP endpoints need of the processor.
+type view interface {
+	Ready() (ok bool, why string)
+	Member(userID uint64) (topics.MemberRecord, error)
+	Partitions() map[int32]bool
+}
+
+// newHandler routes the operational endpoints:
+//
+//	GET /metrics                 Prometheus text format
+//	GET /healthz                 200 while the process serves
+//	GET /readyz                  200 once state is restored and every owned partition caught up, else 503 and why
+//	GET /v1/members/{user_id}    the user's record, as the changelog carries it
+//	GET /v1/partitions           owned partitions and whether each caught up
+func newHandler(reg prometheus.Gatherer, v view) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := v.Ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	})
+	mux.HandleFunc("GET /v1/members/{user_id}", func(w http.ResponseWriter, r *http.Request) {
+		id, err := topics.ParseUserID([]byte(r.PathValue("user_id")))
+		if err != nil {
+			httpError(w, http.StatusBadRequest, fmt.Errorf("user_id: %w", err))
+			return
+		}
+		m, err := v.Member(id)
+		if err != nil {
+			httpError(w, http.StatusInternalServerError, err)
+			return
+		}
+		writeJSON(w, m)
+	})
+	mux.HandleFunc("GET /v1/partitions", func(w http.ResponseWriter, _ *http.Request) {
+		out := make(map[string]string)
+		for p, caughtUp := range v.Partitions() {
+			state := "restoring"
+			if caughtUp {
+				state = "forwarding"
+			}
+			out[strconv.Itoa(int(p))] = state
+		}
+		writeJSON(w, out)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func httpError(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}

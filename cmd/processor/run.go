@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+
+	"github.com/cohortgate/cohortgate/pkg/fanout"
+	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// runOptions are the flags of `processor run`.
+type runOptions struct {
+	brokers        string
+	embeddedAddr   string
+	group          string
+	dataDir        string
+	httpAddr       string
+	topics         topicFlags
+	partitions     int
+	replication    int
+	createTopics   bool
+	exactlyOnce    bool
+	txnID          string
+	grace          time.Duration
+	maxFutureSkew  time.Duration
+	alignInterval  time.Duration
+	commitInterval time.Duration
+	holdMaxBytes   int64
+	logLevel       string
+	logFormat      string
+}
+
+// topicFlags are the topic-name flags shared by every subcommand.
+type topicFlags struct {
+	commands, signals, cohort, dlq, changelog string
+}
+
+func (t *topicFlags) register(f *flags) {
+	d := topics.Defaults()
+	f.StringVar(&t.commands, "commands-topic", string(d.Commands), "topic of leave/rejoin commands (key user id, JSON value)")
+	f.StringVar(&t.signals, "signals-topic", string(d.Signals), "topic of engagement signals (key user id, opaque value)")
+	f.StringVar(&t.cohort, "cohort-topic", string(d.Cohort), "topic the allowed signals are forwarded to, unchanged")
+	f.StringVar(&t.dlq, "dlq-topic", string(d.DLQ), "dead-letter topic for records that cannot be processed")
+	f.StringVar(&t.changelog, "changelog-topic", string(d.Changelog), "compacted topic of per-user state for the purge job")
+}
+
+func (t *topicFlags) set() topics.Set {
+	return topics.Set{
+		Commands: topics.Topic(t.commands), Signals: topics.Topic(t.signals),
+		Cohort: topics.Topic(t.cohort), DLQ: topics.Topic(t.dlq), Changelog: topics.Topic(t.changelog),
+	}
+}
+
+const runSynopsis = `Consume engagement signals and membership commands, forward the signals of
+users who have not left to the cohort topic, and record every leave durably.
+With no --brokers it serves an embedded Kafka-protocol broker for trying it out.`
+
+func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
+	o := &runOptions{}
+	f := newFlags("run", runSynopsis, stderr)
+	f.StringVar(&o.brokers, "brokers", "", "comma-separated seed brokers (host:port); empty: start an embedded broker on --embedded-addr (trying out only, never production)")
+	f.StringVar(&o.embeddedAddr, "embedded-addr", "127.0.0.1:9092", "address of the embedded broker when --brokers is empty")
+	f.StringVar(&o.group, "group", fanout.DefaultGroup, "consumer group of the signals topic")
+	f.StringVar(&o.dataDir, "data-dir", "cohortgate-data", "directory of the local membership store (and of the embedded broker's log)")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz, /readyz and /v1/members/{user_id}")
+	o.topics.register(f)
+	f.IntVar(&o.partitions, "partitions", fanout.DefaultPartitions, "partitions of topics the processor creates")
+	f.IntVar(&o.replication, "replication-factor", -1, "replication factor of topics the processor creates; -1: the broker's default")
+	f.BoolVar(&o.createTopics, "create-topics", true, "create missing topics at start")
+	f.BoolVar(&o.exactlyOnce, "exactly-once", true, "forward in Kafka transactions (exactly once); false: at least once")
+	f.StringVar(&o.txnID, "transactional-id", "", "transactional ID of this instance; empty: cohortgate-<id kept in the data dir>")
+	f.DurationVar(&o.grace, "grace", fanout.DefaultGrace, "how late a command may arrive after a signal's event time and still gate it; each signal waits this long")
+	f.DurationVar(&o.maxFutureSkew, "max-future-skew", fanout.DefaultMaxFutureSkew, "signals stamped further ahead of this clock go to the DLQ")
+	f.DurationVar(&o.alignInterval, "align-interval", fanout.DefaultAlignInterval, "how often the commands topic's end offsets are observed")
+	f.DurationVar(&o.commitInterval, "commit-interval", fanout.DefaultCommitInterval, "how long a transaction collects records")
+	f.Int64Var(&o.holdMaxBytes, "hold-max-bytes", fanout.DefaultHoldMaxBytes, "bytes of signals held per partition before its fetching pauses")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	if err := f.parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.validate()
+}
+
+// validate checks every flag, one line per problem naming the flag and
+// the fix.
+func (o *runOptions) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for _, b := range splitList(o.brokers) {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			bad("--brokers: %q is not host:port (e.g. --brokers=kafka-1:9092,kafka-2:9092)", b)
+		}
+	}
+	if o.dataDir == "" {
+		bad("--data-dir: must not be empty (e.g. --data-dir=/var/lib/cohortgate)")
+	}
+	if _, _, err := net.SplitHostPort(o.httpAddr); err != nil {
+		bad("--http-addr: %q is not host:port (e.g. --http-addr=127.0.0.1:8080)", o.httpAddr)
+	}
+	if err := o.topics.set().Validate(); err != nil {
+		bad("topic flags: %v", err)
+	}
+	if o.partitions < 1 || o.partitions > 1<<20 {
+		bad("--partitions: %d must be between 1 and 1048576", o.partitions)
+	}
+	if o.replication == 0 || o.replication < -1 || o.replication > 1<<15-1 {
+		bad("--replication-factor: %d must be -1 (broker default) or at least 1", o.replication)
+	}
+	durations := []struct {
+		name string
+		d    time.Duration
+		min  time.Duration
+	}{
+		{"grace", o.grace, 0}, {"max-future-skew", o.maxFutureSkew, 0},
+		{"align-interval", o.alignInterval, time.Millisecond}, {"commit-interval", o.commitInterval, time.Millisecond},
+	}
+	for _, d := range durations {
+		if d.d < d.min {
+			bad("--%s: %v must be at least %v", d.name, d.d, d.min)
+		}
+	}
+	if o.holdMaxBytes < 1<<10 {
+		bad("--hold-max-bytes: %d must be at least 1024", o.holdMaxBytes)
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		bad("--log-level: %v", err)
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		bad("--log-format: %q must be text or json", o.logFormat)
+	}
+	return errors.Join(errs...)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(o *runOptions, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(o.logLevel)
+	ho := &slog.HandlerOptions{Level: level}
+	if o.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+// run is `processor run`.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseRun(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(o, stderr)
+	if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
+		return fmt.Errorf("--data-dir %s: %w", o.dataDir, err)
+	}
+
+	brokers := splitList(o.brokers)
+	if len(brokers) == 0 {
+		dir := filepath.Join(o.dataDir, "embedded-kafka")
+		cluster, err := startEmbedded(o.embeddedAddr, dir)
+		if err != nil {
+			return err
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+		log.Info("no --brokers given: serving an embedded Kafka-protocol broker for trying out (not for production)",
+			"addr", strings.Join(brokers, ","), "log_dir", dir)
+	}
+
+	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("unable to open the membership store in --data-dir %s: %w", o.dataDir, err)
+	}
+	defer store.Close()
+
+	txnID := o.txnID
+	if txnID == "" {
+		id, err := instanceID(o.dataDir)
+		if err != nil {
+			return err
+		}
+		txnID = "cohortgate-" + id
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	kmetrics := kprom.NewMetrics("cohortgate_kafka", kprom.Registerer(reg), kprom.Gatherer(reg), kprom.WithClientLabel())
+
+	proc, err := fanout.New(fanout.Config{
+		Brokers:           brokers,
+		Group:             o.group,
+		Topics:            o.topics.set(),
+		CreateTopics:      o.createTopics,
+		Partitions:        int32(o.partitions),
+		ReplicationFactor: int16(o.replication),
+		ExactlyOnce:       o.exactlyOnce,
+		TransactionalID:   txnID,
+		Grace:             o.grace,
+		MaxFutureSkew:     o.maxFutureSkew,
+		AlignInterval:     o.alignInterval,
+		CommitInterval:    o.commitInterval,
+		HoldMaxBytes:      o.holdMaxBytes,
+		KafkaOpts:         []kgo.Opt{kgo.WithHooks(kmetrics)},
+		Logger:            log,
+		Registerer:        reg,
+	}, store)
+	if err != nil {
+		return err
+	}
+
+	srv, err := serveHTTP(o.httpAddr, reg, proc, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	log.Info("cohortgate processor starting", "brokers", strings.Join(brokers, ","), "group", o.group,
+		"data_dir", o.dataDir, "http", "http://"+o.httpAddr, "exactly_once", o.exactlyOnce, "grace", o.grace.String())
+	if err := proc.Run(ctx); err != nil {
+		return err
+	}
+	log.Info("stopped cleanly")
+	return nil
+}
+
+// instanceID returns the id kept in dataDir/instance-id, creating it: a
+// transactional ID must be stable across restarts of one instance and
+// distinct between instances, and each instance has its own data dir.
+func instanceID(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "instance-id")
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("unable to read %s: %w", path, err)
+	}
+	var raw [8]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("unable to write %s: %w", path, err)
+	}
+	return id, nil
+}
+
+// serveHTTP serves the operational endpoints until Shutdown.
+func serveHTTP(addr string, reg *prometheus.Registry, proc *fanout.Processor, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           newHandler(reg, proc),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	}()
+	return srv, nil
+}
