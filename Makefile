@@ -1,0 +1,54 @@
+# Targets are the interface CI calls (.ci/run). Every target works on a fresh
+# machine with Go; only test-kafka, kafka-start and bench need Java and Maven.
+
+GO        ?= go
+BIN       := bin/processor
+FUZZTIME  ?= 60s
+KAFKA     := bash integration/kafka/kafka.sh
+# Tests against a real broker read its address from here.
+KAFKA_BROKERS ?= 127.0.0.1:9092
+
+.PHONY: build run test test-kafka kafka-start kafka-stop bench fuzz lint clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/processor
+
+# Runs the processor with embedded defaults: a Kafka-protocol broker on
+# 127.0.0.1:9092, state in ./cohortgate-data, HTTP on 127.0.0.1:8080.
+run: build
+	./$(BIN) run
+
+# Unit tests and the integration suite on the embedded broker; no Java needed.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+# The integration suite against a real Apache Kafka broker at KAFKA_BROKERS
+# (start one with `make kafka-start`).
+test-kafka:
+	KAFKA_BROKERS=$(KAFKA_BROKERS) $(GO) test -race -count=1 -timeout 45m ./integration/... ./pkg/fanout/...
+
+kafka-start:
+	$(KAFKA) start
+
+kafka-stop:
+	$(KAFKA) stop
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./topics/...
+
+# Runs every fuzz target for FUZZTIME each.
+fuzz:
+	@set -e; for pkg in ./topics ./pkg/membership ./pkg/fanout; do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "== $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test $$pkg -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -parallel 1; \
+		done; \
+	done
+
+lint:
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+
+clean:
+	rm -rf bin cohortgate-data

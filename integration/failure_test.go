@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/cohortgate/cohortgate/pkg/fanout"
+)
+
+// metricValue sums the samples of a family whose labels include every
+// name=value pair of match.
+func metricValue(t *testing.T, g prometheus.Gatherer, name string, match map[string]string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			labels := make(map[string]string)
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range match {
+				if labels[k] != v {
+					continue metrics
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// TestProduceFailureAbortsCycle makes every forward fail (the cohort topic
+// refuses records over 1000 bytes; the signals are larger) and checks that the processor neither
+// commits the signals' offsets nor loses them: once the topic accepts them
+// again, each is forwarded exactly once. franz-go's GroupTransactSession
+// alone would commit a transaction whose produces all failed.
+func TestProduceFailureAbortsCycle(t *testing.T) {
+	for _, exactlyOnce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exactly_once=%v", exactlyOnce), func(t *testing.T) {
+			e := newEnv(t, 1)
+			cfg := e.config()
+			cfg.ExactlyOnce = exactlyOnce
+			pr := e.start(t.TempDir(), cfg)
+			pr.waitReady(t, 1)
+			t0 := base()
+			want := e.produceSignals(t0, []sig{{1, 1 * time.Millisecond, true}, {2, 2 * time.Millisecond, true}})
+			e.waitDecided()
+			committedBefore := e.committed(0)
+
+			// Not smaller: Kafka must still fit its transaction markers
+			// (about 80 bytes) into the topic, or the transaction hangs.
+			e.alterCohort(kadm.AlterConfig{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("1000")})
+			for _, user := range []uint64{3, 4, 5} {
+				// Random, so that compression cannot bring it under the limit.
+				var pad strings.Builder
+				for range 300 {
+					pad.WriteString(randomID())
+				}
+				v := fmt.Sprintf("big-%d-%s", user, pad.String())
+				e.signal(user, t0.Add(time.Duration(user)*time.Millisecond), v)
+				want = append(want, v)
+			}
+			slices.Sort(want)
+			eventually(t, 60*time.Second, func() error {
+				if n := metricValue(t, pr.reg, fanout.MetricProduceErrors, nil); n < 1 {
+					return fmt.Errorf("%v produce errors so far", n)
+				}
+				if n := metricValue(t, pr.reg, fanout.MetricTransactions, map[string]string{"outcome": "abort"}); n < 1 {
+					return fmt.Errorf("%v aborted cycles so far", n)
+				}
+				return nil
+			})
+			if got := e.committed(0); got != committedBefore {
+				t.Fatalf("committed offset moved from %d to %d while every forward failed", committedBefore, got)
+			}
+
+			e.alterCohort(kadm.AlterConfig{Op: kadm.DeleteConfig, Name: "max.message.bytes"})
+			e.waitDecided()
+			if got := e.forwardedValues(); !slices.Equal(got, want) {
+				t.Fatalf("forwarded %v, want each of %v once", shorten(got), shorten(want))
+			}
+		})
+	}
+}
+
+func (e *env) alterCohort(c kadm.AlterConfig) {
+	e.t.Helper()
+	resp, err := e.adm.AlterTopicConfigs(e.ctx(30*time.Second), []kadm.AlterConfig{c}, string(e.set.Cohort))
+	if err == nil {
+		err = resp[0].Err
+	}
+	if err != nil {
+		e.t.Fatalf("alter %s: %v", e.set.Cohort, err)
+	}
+}
+
+// committed returns the group's committed offset of a signals partition,
+// -1 if none.
+func (e *env) committed(partition int32) int64 {
+	e.t.Helper()
+	offsets, err := e.adm.FetchOffsets(e.ctx(30*time.Second), e.group)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	o, ok := offsets.Lookup(string(e.set.Signals), partition)
+	if !ok {
+		return -1
+	}
+	return o.At
+}
+
+// shorten cuts each value to 12 bytes for messages.
+func shorten(vs []string) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		if len(v) > 12 {
+			v = v[:12] + "…"
+		}
+		out[i] = v
+	}
+	return out
+}
