@@ -245,7 +245,7 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 		t.Fatalf("%d DLQ records, want 2", len(dlq))
 	}
 	wantDLQ := map[string]struct{ reason, topic, offset string }{
-		"bad key": {string(topics.ReasonKeyLeadingZero), sigTopic, "1"},
+		"bad key":                     {string(topics.ReasonKeyLeadingZero), sigTopic, "1"},
 		`{"op":"leave","user_id":13}`: {string(topics.ReasonCommandUserMismatch), cmdTopic, "1"},
 	}
 	for _, r := range dlq {
