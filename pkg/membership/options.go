@@ -100,8 +100,10 @@ func (p pebbleLogger) logf(level slog.Level, format string, args []any) {
 	}
 }
 
-// Infof implements pebble.Logger.
-func (p pebbleLogger) Infof(format string, args ...any) { p.logf(slog.LevelInfo, format, args) }
+// Infof implements pebble.Logger. Pebble's informational lines (WALs found,
+// compactions) are about the storage engine, not the store: they go out at
+// debug level so that an operator's info log stays about membership.
+func (p pebbleLogger) Infof(format string, args ...any) { p.logf(slog.LevelDebug, format, args) }
 
 // Errorf implements pebble.Logger.
 func (p pebbleLogger) Errorf(format string, args ...any) { p.logf(slog.LevelError, format, args) }
