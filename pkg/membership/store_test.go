@@ -571,11 +571,11 @@ func TestOptions(t *testing.T) {
 }
 
 // TestLogger checks that Pebble's log lines reach the configured logger
-// (and so, by default, nowhere).
+// (and so, by default, nowhere), its informational ones at debug level.
 func TestLogger(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex
-	h := slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelInfo})
+	h := slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug})
 	fs := vfs.NewMem()
 	for range 2 { // the second open replays the first one's WAL and logs it
 		s := openFS(t, fs, &Options{Logger: slog.New(h)})
@@ -586,8 +586,11 @@ func TestLogger(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if !strings.Contains(buf.String(), "component=pebble") {
-		t.Fatalf("no Pebble log lines reached the logger:\n%s", buf.String())
+	if !strings.Contains(buf.String(), "level=DEBUG") || !strings.Contains(buf.String(), "component=pebble") {
+		t.Fatalf("no Pebble debug lines reached the logger:\n%s", buf.String())
+	}
+	if strings.Contains(buf.String(), "level=INFO") {
+		t.Fatalf("Pebble logged at info:\n%s", buf.String())
 	}
 }
 
