@@ -43,6 +43,9 @@ type runOptions struct {
 	alignInterval  time.Duration
 	commitInterval time.Duration
 	holdMaxBytes   int64
+	sessionTimeout time.Duration
+	unsafeNoSync   bool
+	unsafeSkipCmds bool
 	logLevel       string
 	logFormat      string
 }
@@ -91,6 +94,9 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	f.DurationVar(&o.alignInterval, "align-interval", fanout.DefaultAlignInterval, "how often the commands topic's end offsets are observed")
 	f.DurationVar(&o.commitInterval, "commit-interval", fanout.DefaultCommitInterval, "how long a transaction collects records")
 	f.Int64Var(&o.holdMaxBytes, "hold-max-bytes", fanout.DefaultHoldMaxBytes, "bytes of signals held per partition before its fetching pauses")
+	f.DurationVar(&o.sessionTimeout, "session-timeout", 45*time.Second, "consumer group session timeout: how long a silent instance keeps its partitions")
+	f.BoolVar(&o.unsafeNoSync, "unsafe-no-sync", false, "UNSAFE, for chaos control runs only: do not fsync the membership store")
+	f.BoolVar(&o.unsafeSkipCmds, "unsafe-skip-commands", false, "UNSAFE, for chaos control runs only: start owned commands partitions at their end, as if commands were lost")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	if err := f.parse(args); err != nil {
@@ -136,6 +142,9 @@ func (o *runOptions) validate() error {
 		if d.d < d.min {
 			bad("--%s: %v must be at least %v", d.name, d.d, d.min)
 		}
+	}
+	if o.sessionTimeout < time.Second {
+		bad("--session-timeout: %v must be at least 1s (brokers allow 6s to 30m by default)", o.sessionTimeout)
 	}
 	if o.holdMaxBytes < 1<<10 {
 		bad("--hold-max-bytes: %d must be at least 1024", o.holdMaxBytes)
@@ -200,7 +209,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"addr", strings.Join(brokers, ","), "log_dir", dir)
 	}
 
-	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log})
+	if o.unsafeNoSync || o.unsafeSkipCmds {
+		log.Warn("UNSAFE flags set: this processor may lose state or leak signals; for chaos control runs only",
+			"unsafe_no_sync", o.unsafeNoSync, "unsafe_skip_commands", o.unsafeSkipCmds)
+	}
+	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log, NoSync: o.unsafeNoSync})
 	if err != nil {
 		return fmt.Errorf("unable to open the membership store in --data-dir %s: %w", o.dataDir, err)
 	}
@@ -220,22 +233,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	kmetrics := kprom.NewMetrics("cohortgate_kafka", kprom.Registerer(reg), kprom.Gatherer(reg), kprom.WithClientLabel())
 
 	proc, err := fanout.New(fanout.Config{
-		Brokers:           brokers,
-		Group:             o.group,
-		Topics:            o.topics.set(),
-		CreateTopics:      o.createTopics,
-		Partitions:        int32(o.partitions),
-		ReplicationFactor: int16(o.replication),
-		ExactlyOnce:       o.exactlyOnce,
-		TransactionalID:   txnID,
-		Grace:             o.grace,
-		MaxFutureSkew:     o.maxFutureSkew,
-		AlignInterval:     o.alignInterval,
-		CommitInterval:    o.commitInterval,
-		HoldMaxBytes:      o.holdMaxBytes,
-		KafkaOpts:         []kgo.Opt{kgo.WithHooks(kmetrics)},
-		Logger:            log,
-		Registerer:        reg,
+		Brokers:            brokers,
+		Group:              o.group,
+		Topics:             o.topics.set(),
+		CreateTopics:       o.createTopics,
+		Partitions:         int32(o.partitions),
+		ReplicationFactor:  int16(o.replication),
+		ExactlyOnce:        o.exactlyOnce,
+		TransactionalID:    txnID,
+		Grace:              o.grace,
+		MaxFutureSkew:      o.maxFutureSkew,
+		AlignInterval:      o.alignInterval,
+		CommitInterval:     o.commitInterval,
+		HoldMaxBytes:       o.holdMaxBytes,
+		SessionTimeout:     o.sessionTimeout,
+		UnsafeSkipCommands: o.unsafeSkipCmds,
+		KafkaOpts:          []kgo.Opt{kgo.WithHooks(kmetrics)},
+		Logger:             log,
+		Registerer:         reg,
 	}, store)
 	if err != nil {
 		return err

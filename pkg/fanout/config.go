@@ -68,6 +68,17 @@ type Config struct {
 	// MaxPollRecords bounds the records taken per poll. Default 10000.
 	MaxPollRecords int
 
+	// SessionTimeout is the consumer group session timeout: how long a
+	// member that stopped heartbeating keeps its partitions. Zero keeps
+	// franz-go's default (45s).
+	SessionTimeout time.Duration
+
+	// UnsafeSkipCommands starts every newly owned commands partition at its
+	// end instead of at the store's checkpoint, as if the commands were
+	// lost. It exists only so that a chaos control run can prove that its
+	// verifier sees leaked signals; never set it otherwise.
+	UnsafeSkipCommands bool
+
 	// KafkaOpts are appended to every Kafka client the Processor makes
 	// (TLS, SASL, logging, hooks).
 	KafkaOpts []kgo.Opt
@@ -172,6 +183,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HoldMaxBytes < 1<<10 {
 		bad("HoldMaxBytes: %d must be at least 1024", c.HoldMaxBytes)
+	}
+	if c.SessionTimeout < 0 {
+		bad("SessionTimeout: %v must not be negative", c.SessionTimeout)
 	}
 	if c.MaxPollRecords < 1 {
 		bad("MaxPollRecords: %d must be at least 1", c.MaxPollRecords)

@@ -25,6 +25,9 @@ func (p *Processor) newSession() (session, error) {
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.revoked),
 	)
+	if p.cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))
+	}
 	if p.cfg.ExactlyOnce {
 		return newTxnSession(topic, append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
 	}
@@ -41,6 +44,7 @@ func (p *Processor) assigned(ctx context.Context, _ *kgo.Client, m map[string][]
 		return
 	}
 	seen := p.committedEventTimes(ctx)
+	skipTo := p.unsafeCommandEnds(ctx)
 	now := p.cfg.Now().UnixNano()
 	start := make(map[int32]kgo.Offset, len(parts))
 	for _, part := range parts {
@@ -48,6 +52,10 @@ func (p *Processor) assigned(ctx context.Context, _ *kgo.Client, m map[string][]
 		if err != nil {
 			p.halt(fmt.Errorf("unable to read the commands checkpoint of partition %d: %w", part, err))
 			return
+		}
+		if end, ok := skipTo[part]; ok && end > next {
+			p.log.Warn("UNSAFE: skipping commands", "partition", part, "from", next, "to", end)
+			next = end
 		}
 		c := newClaim(part, now, next, marksLimit)
 		if ts, ok := seen[part]; ok {
@@ -92,6 +100,26 @@ func (p *Processor) committedEventTimes(ctx context.Context) map[int32]int64 {
 		}
 		if ts, err := strconv.ParseInt(o.Metadata, 10, 64); err == nil {
 			out[part] = ts
+		}
+	}
+	return out
+}
+
+// unsafeCommandEnds returns the commands' end offsets when
+// UnsafeSkipCommands is set, and nothing otherwise.
+func (p *Processor) unsafeCommandEnds(ctx context.Context) map[int32]int64 {
+	out := make(map[int32]int64)
+	if !p.cfg.UnsafeSkipCommands {
+		return out
+	}
+	ends, err := p.adm.ListEndOffsets(ctx, string(p.cfg.Topics.Commands))
+	if err != nil {
+		p.halt(fmt.Errorf("unable to list commands end offsets: %w", err))
+		return out
+	}
+	for part, o := range ends[string(p.cfg.Topics.Commands)] {
+		if o.Err == nil {
+			out[part] = o.Offset
 		}
 	}
 	return out
