@@ -336,6 +336,7 @@ func (l *loop) end(ctx context.Context) error {
 // partitions that have a committed offset on its own after an abort, but
 // not those that never had one: they go back to the log start here.
 func (l *loop) rewind() {
+	l.syncLanes() // a revocation may have ended the cycle: only rewind what is still ours
 	topic := string(l.p.cfg.Topics.Signals)
 	committed := l.s.client().CommittedOffsets()[topic]
 	set := make(map[int32]kgo.EpochOffset, len(l.lanes))
