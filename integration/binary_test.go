@@ -28,7 +28,7 @@ var build struct {
 }
 
 // processorBinary builds cmd/processor once per test run.
-func processorBinary(t *testing.T) string {
+func processorBinary(t testing.TB) string {
 	t.Helper()
 	build.once.Do(func() {
 		dir, err := os.MkdirTemp("", "cohortgate-bin-")
@@ -274,7 +274,7 @@ func TestBinaryEndToEnd(t *testing.T) {
 	b.stop(t)
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

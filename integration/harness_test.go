@@ -24,7 +24,7 @@ import (
 // env is one test's private slice of the broker: its own topics and group,
 // so tests run side by side and again on a long-lived broker.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	set   topics.Set
 	group string
 	parts int32
@@ -34,7 +34,7 @@ type env struct {
 
 // newEnv creates the test's topics (inputs with parts partitions) and
 // deletes them when the test ends.
-func newEnv(t *testing.T, parts int32) *env {
+func newEnv(t testing.TB, parts int32) *env {
 	t.Helper()
 	e := bareEnv(t, parts)
 	e.createTopics(parts, parts)
@@ -42,7 +42,7 @@ func newEnv(t *testing.T, parts int32) *env {
 }
 
 // bareEnv is newEnv without creating the topics.
-func bareEnv(t *testing.T, parts int32) *env {
+func bareEnv(t testing.TB, parts int32) *env {
 	t.Helper()
 	id := randomID()
 	e := &env{
@@ -174,7 +174,7 @@ func (e *env) start(dir string, cfg fanout.Config) *proc {
 
 // stop cancels the processor, waits (bounded) for Run to return, and
 // closes its store. It returns Run's error.
-func (pr *proc) stop(t *testing.T) error {
+func (pr *proc) stop(t testing.TB) error {
 	pr.once.Do(func() {
 		pr.cancel()
 		select {
@@ -189,7 +189,7 @@ func (pr *proc) stop(t *testing.T) error {
 
 // waitReady waits until the processor owns every partition and each has
 // caught up with its commands.
-func (pr *proc) waitReady(t *testing.T, parts int) {
+func (pr *proc) waitReady(t testing.TB, parts int) {
 	t.Helper()
 	eventually(t, 60*time.Second, func() error {
 		if ok, why := pr.Ready(); !ok {
@@ -357,7 +357,7 @@ func (e *env) readAll(topic topics.Topic) []*kgo.Record {
 }
 
 // eventually retries cond until it returns nil or the deadline passes.
-func eventually(t *testing.T, d time.Duration, cond func() error) {
+func eventually(t testing.TB, d time.Duration, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	wait := 5 * time.Millisecond
