@@ -339,3 +339,51 @@ func sameRecords(t *testing.T, what string, a, b []*kgo.Record, norm func([]byte
 		}
 	}
 }
+
+// TestHoldIsBounded holds signals for a long grace with a small memory cap
+// per partition and small fetches: the held bytes must stay within the cap
+// plus what was in flight when fetching paused, and every signal must come
+// out once the grace has passed.
+func TestHoldIsBounded(t *testing.T) {
+	const (
+		holdCap  = 4 << 10
+		fetchMax = 2 << 10
+		signals  = 300 // of ~100 bytes: about 8 times the cap
+	)
+	e := newEnv(t, 1)
+	cfg := e.config()
+	cfg.Grace = 3 * time.Second
+	cfg.HoldMaxBytes = holdCap
+	cfg.KafkaOpts = append(cfg.KafkaOpts, kgo.FetchMaxPartitionBytes(fetchMax), kgo.FetchMaxBytes(fetchMax))
+	pr := e.start(t.TempDir(), cfg)
+	pr.waitReady(t, 1)
+
+	// One record per produce, so one record per record batch: a broker
+	// returns at least one whole batch per fetch, whatever the fetch limit,
+	// so the bound below is the cap plus what a fetch can carry.
+	var want []string
+	now := time.Now()
+	for i := range signals {
+		v := fmt.Sprintf("held-%03d-%s", i, strconv.Itoa(i*7919)+"-padding-padding-padding-padding-padding-padding-padding-padding")
+		want = append(want, v)
+		e.produce(&kgo.Record{Topic: string(e.set.Signals), Key: []byte("1"), Value: []byte(v), Timestamp: now})
+	}
+	slices.Sort(want)
+
+	var peak float64
+	eventually(t, 60*time.Second, func() error {
+		peak = max(peak, metricValue(t, pr.reg, "cohortgate_held_bytes", nil))
+		if n := metricValue(t, pr.reg, "cohortgate_signals_forwarded_total", nil); n < signals {
+			return fmt.Errorf("%v of %d forwarded; held bytes peaked at %v", n, signals, peak)
+		}
+		return nil
+	})
+	if bound := float64(holdCap + 2*fetchMax); peak > bound || peak == 0 {
+		t.Fatalf("held bytes peaked at %v, want within (0, %v]", peak, bound)
+	}
+	e.waitDecided()
+	if got := e.forwardedValues(); !slices.Equal(got, want) {
+		t.Fatalf("forwarded %d signals, want each of %d once", len(got), len(want))
+	}
+	t.Logf("held bytes peaked at %v with a cap of %d", peak, holdCap)
+}

@@ -63,7 +63,9 @@ type Config struct {
 	CommitInterval time.Duration
 	// HoldMaxBytes caps the signal bytes (key+value+headers) held in memory
 	// per partition while they wait for alignment. Above it the partition's
-	// fetching pauses until the hold drains below half. Default 16 MiB.
+	// fetching pauses until the hold drains below half, so a partition
+	// holds at most this plus what its fetches in flight bring (a broker
+	// returns at least one whole record batch). Default 16 MiB.
 	HoldMaxBytes int64
 	// MaxPollRecords bounds the records taken per poll. Default 10000.
 	MaxPollRecords int
