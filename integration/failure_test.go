@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/cohortgate/cohortgate/pkg/fanout"
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // metricValue sums the samples of a family whose labels include every
@@ -133,4 +135,48 @@ func shorten(vs []string) []string {
 		out[i] = v
 	}
 	return out
+}
+
+// TestRecreatedCommandsTopicHalts deletes and recreates the commands topic
+// under a store whose checkpoints point past its new end: the processor
+// must halt naming the way out, never skip to the new end.
+func TestRecreatedCommandsTopicHalts(t *testing.T) {
+	e := newEnv(t, 1)
+	dir := t.TempDir()
+	cfg := e.config()
+	cfg.CreateTopics = false
+	first := e.start(dir, cfg)
+	first.waitReady(t, 1)
+	e.command(topics.Leave, 1, base())
+	e.command(topics.Leave, 2, base())
+	eventually(t, 30*time.Second, func() error {
+		if m, err := first.Member(2); err != nil || m.Status != "left" {
+			return fmt.Errorf("leaves not applied yet: %+v %v", m, err)
+		}
+		return nil
+	})
+	if err := first.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	commands := string(e.set.Commands)
+	if _, err := e.adm.DeleteTopics(e.ctx(30*time.Second), commands); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		_, err := e.adm.CreateTopic(e.ctx(30*time.Second), 1, 1, nil, commands)
+		return err
+	})
+	second := e.start(dir, cfg)
+	select {
+	case err := <-second.done:
+		second.done <- err
+		var gap *fanout.CommandsGapError
+		if !errors.As(err, &gap) || !strings.Contains(err.Error(), "empty data directory") {
+			t.Fatalf("Run = %v, want a CommandsGapError naming the way out", err)
+		}
+		t.Logf("halted with: %v", err)
+	case <-time.After(90 * time.Second):
+		t.Fatal("processor did not halt within 90s over a recreated commands topic")
+	}
 }
