@@ -60,8 +60,9 @@ const (
 	// earlier than the open leave's left_at_ns; applying it would make an
 	// episode end before it began.
 	ReasonRejoinBeforeLeave Reason = "rejoin_before_leave"
-	// ReasonTimestampSkew: a command boundary (at_ns or the record
-	// timestamp) further in the future than the processor's allowed skew.
+	// ReasonTimestampSkew: a signal whose event time (its record
+	// timestamp) lies further ahead of the processor's clock than the
+	// allowed skew; holding it for alignment would stall its partition.
 	ReasonTimestampSkew Reason = "timestamp_future_skew"
 )
 
