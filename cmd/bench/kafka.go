@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/internal/workload"
+)
+
+// admin is the harness's own Kafka client: topics, offsets, reading.
+type admin struct {
+	brokers []string
+	cl      *kgo.Client
+	adm     *kadm.Client
+}
+
+func newAdmin(brokers []string) (*admin, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("cohortgate-bench"))
+	if err != nil {
+		return nil, err
+	}
+	return &admin{brokers: brokers, cl: cl, adm: kadm.NewClient(cl)}, nil
+}
+
+func (a *admin) close() { a.cl.Close() }
+
+// createTopic creates topic with partitions and the broker's default
+// replication; an existing topic is an error, so that a run never reads
+// an earlier run's records.
+func (a *admin) createTopic(ctx context.Context, topic string, partitions int32) error {
+	resp, err := a.adm.CreateTopic(ctx, partitions, -1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		return fmt.Errorf("unable to create topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// deleteTopics deletes the topics that exist among names.
+func (a *admin) deleteTopics(ctx context.Context, names ...string) error {
+	resps, err := a.adm.DeleteTopics(ctx, names...)
+	if err != nil {
+		return err
+	}
+	for _, r := range resps {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("unable to delete topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	return nil
+}
+
+// topicsWithPrefix lists the topics whose name starts with prefix.
+func (a *admin) topicsWithPrefix(ctx context.Context, prefix string) ([]string, error) {
+	td, err := a.adm.ListTopics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name := range td {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// offsets are per-partition offsets of one topic.
+type offsets map[int32]int64
+
+func (o offsets) sum() int64 {
+	var s int64
+	for _, v := range o {
+		s += v
+	}
+	return s
+}
+
+// endOffsets returns topic's high watermarks.
+func (a *admin) endOffsets(ctx context.Context, topic string) (offsets, error) {
+	return listed(a.adm.ListEndOffsets(ctx, topic))
+}
+
+// stableOffsets returns topic's last stable offsets: where a read_committed
+// consumer stops.
+func (a *admin) stableOffsets(ctx context.Context, topic string) (offsets, error) {
+	return listed(a.adm.ListCommittedOffsets(ctx, topic))
+}
+
+func listed(l kadm.ListedOffsets, err error) (offsets, error) {
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Error(); err != nil {
+		return nil, err
+	}
+	out := make(offsets)
+	l.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	if len(out) == 0 {
+		return nil, errors.New("no partitions listed")
+	}
+	return out, nil
+}
+
+// committed returns the group's committed offsets on topic (partitions
+// without a commit are absent).
+func (a *admin) committed(ctx context.Context, group, topic string) (offsets, error) {
+	resp, err := a.adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	out := make(offsets)
+	for p, o := range resp[topic] {
+		if o.Err == nil && o.At >= 0 {
+			out[p] = o.At
+		}
+	}
+	return out, nil
+}
+
+// outputCount is what a run left in its output topic, read_committed.
+type outputCount struct {
+	Records    int64 // records, control records excluded
+	Distinct   int64 // distinct signal ids among them
+	Duplicates int64 // records beyond the first of their signal id
+	Other      int64 // records that are no signal of the workload
+	Took       time.Duration
+}
+
+// countOutput reads topic read_committed up to its last stable offsets and
+// counts the signals in it; signals is the number of signal ids of the
+// workload (ids 0..signals-1). Reading is bounded by ctx.
+func (a *admin) countOutput(ctx context.Context, topic string, signals int) (outputCount, error) {
+	start := time.Now()
+	var out outputCount
+	upTo, err := a.stableOffsets(ctx, topic)
+	if err != nil {
+		return out, fmt.Errorf("output %s: %w", topic, err)
+	}
+	from := make(map[int32]kgo.Offset)
+	for p, end := range upTo {
+		if end > 0 {
+			from[p] = kgo.NewOffset().AtStart()
+		}
+	}
+	seen := make([]uint64, (signals+63)/64)
+	err = readRange(ctx, a.brokers, topic, map[string]map[int32]kgo.Offset{topic: from}, upTo, func(r *kgo.Record) {
+		out.Records++
+		id, err := workload.ParseSignalID(r.Value)
+		if err != nil || id >= uint64(signals) {
+			out.Other++
+			return
+		}
+		w, bit := id/64, uint64(1)<<(id%64)
+		if seen[w]&bit != 0 {
+			out.Duplicates++
+			return
+		}
+		seen[w] |= bit
+		out.Distinct++
+	})
+	out.Took = time.Since(start)
+	return out, err
+}
+
+// readRange calls fn for every record of topic from the given offsets up
+// to (not including) upTo, per partition, read_committed. It keeps control
+// records so that a partition ending in a transaction marker is seen to
+// end, and does not pass them to fn.
+func readRange(ctx context.Context, brokers []string, topic string, from map[string]map[int32]kgo.Offset, upTo offsets, fn func(*kgo.Record)) error {
+	if len(from[topic]) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("cohortgate-bench-reader"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+		kgo.ConsumePartitions(from))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	done := make(map[int32]bool)
+	for len(done) < len(from[topic]) {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("reading %s: %w (%d of %d partitions read)", topic, err, len(done), len(from[topic]))
+		}
+		var fatal error
+		fs.EachError(func(_ string, p int32, err error) {
+			fatal = fmt.Errorf("reading %s partition %d: %w", topic, p, err)
+		})
+		if fatal != nil {
+			return fatal
+		}
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			end := upTo[fp.Partition]
+			for _, r := range fp.Records {
+				if r.Offset >= end-1 {
+					done[fp.Partition] = true
+				}
+				if r.Offset < end && !r.Attrs.IsControl() {
+					fn(r)
+				}
+			}
+		})
+	}
+	return nil
+}
+
+// brokerVersion describes the broker: the version the project's broker
+// script reports if it is there, else franz-go's guess from the API
+// versions the broker answers with.
+func (a *admin) brokerVersion(ctx context.Context, script string) string {
+	if script != "" {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "bash", script, "version").Output(); err == nil {
+			if v := strings.TrimSpace(string(out)); v != "" {
+				return "Apache " + v
+			}
+		}
+	}
+	vs, err := a.adm.ApiVersions(ctx)
+	if err != nil {
+		return "unknown"
+	}
+	for _, v := range vs.Sorted() {
+		if v.Err == nil {
+			return "Kafka " + v.VersionGuess() + " (guessed from its API versions)"
+		}
+	}
+	return "unknown"
+}

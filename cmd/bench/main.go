@@ -1,0 +1,96 @@
+// Command bench is cohortgate's benchmark harness: it measures, in one run
+// against one Kafka broker, what issue 7 asks for, and appends the figures
+// to BENCHMARKS.md. `make bench` runs the pkg/gate micro-benchmarks and
+// then `bench run`.
+//
+// Usage:
+//
+//	bench run [flags]          the whole harness (see run.go for the phases)
+//	bench passthrough [flags]  the consume→produce baseline, run by `bench run` as its own process
+//
+// # What a run measures
+//
+// One input topic pair (signals and commands, co-partitioned) is pre-loaded
+// with the seeded workload of cmd/loadgen. Each throughput run then
+// consumes the same signals from the start, with a fresh consumer group, a
+// fresh output topic and (for the processor) a fresh data directory, as a
+// child process of its own:
+//
+//	passthrough      bench passthrough: franz-go consume→produce, at least once; the limit
+//	passthrough-eos  the same in transactions (GroupTransactSession); the transactional limit
+//	processor-alo    bin/processor --exactly-once=false --grace 0
+//	processor-eos    bin/processor --grace 0 (exactly once, the default)
+//	streams          the Kafka Streams app of bench/ (exactly_once_v2)
+//
+// The harness polls, every 100 ms, the child's committed offsets on the
+// signals topic (the group's OffsetFetch) and its CPU time
+// (/proc/<pid>/stat utime+stime). The run starts at t0, the first poll at
+// which any offset is committed, and ends at t1, the first poll at which
+// the committed offsets of every partition reach the end of the signals
+// topic: for the transactional runs the last output record is then
+// committed with them; for the others every output record is acknowledged
+// before its offsets are committed. Throughput is the signals committed
+// between t0 and t1 divided by t1-t0; CPU per million signals is the
+// child's CPU time between t0 and t1 over the same signals. Start-up
+// (process start to t0) is reported apart. Peak RSS is the child's VmHWM.
+// After the run, the output topic is read read_committed and its signals
+// counted (forwarded, duplicates).
+//
+// Leave latency, restore and the single-partition rebuild are described in
+// latency.go and restore.go.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: bench run [flags]          the benchmark harness; appends to BENCHMARKS.md
+       bench passthrough [flags]  the consume→produce baseline process
+Run "bench <command> -h" for the flags.`
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "run":
+		return run(ctx, args[1:], stdout, stderr)
+	case "passthrough":
+		return passthrough(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stderr, usage)
+		return flag.ErrHelp
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cohortgate/cohortgate/internal/workload"
+)
+
+// runOptions are the flags of `bench run`.
+type runOptions struct {
+	brokers     []string
+	processor   string // binary
+	loadgen     string // binary
+	self        string // this binary, for `bench passthrough`
+	streamsDir  string // bench/target: the jar and lib/
+	java        string
+	streamsHeap string
+	streamsThr  int
+	goTool      string // for `go tool pprof`
+	kafkaScript string // integration/kafka/kafka.sh, for the broker version
+
+	load       workload.Config
+	partitions int
+	runs       []string
+	phases     []string
+
+	latencyLeaves int
+	latencyFor    time.Duration
+	latencyRate   float64 // 0: half the exactly-once run's rate
+	latencyGrace  time.Duration
+
+	restoreSizes    []int
+	rebuildCommands int
+
+	gateResults string
+	out         string
+	workDir     string
+	prefix      string
+	runTimeout  time.Duration
+	keepTopics  bool
+	profileFor  time.Duration
+	args        []string
+}
+
+// allRuns are the throughput runs, in the order they run.
+var allRuns = []string{runPassthrough, runPassthroughEOS, runProcessorALO, runProcessorEOS, runStreams}
+
+const (
+	runPassthrough    = "passthrough"
+	runPassthroughEOS = "passthrough-eos"
+	runProcessorALO   = "processor-alo"
+	runProcessorEOS   = "processor-eos"
+	runStreams        = "streams"
+)
+
+// allPhases are the phases of a run, in order.
+var allPhases = []string{"throughput", "latency", "restore", "rebuild"}
+
+func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
+	o := &runOptions{args: args}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var brokers, runs, phases, sizes string
+	fs.StringVar(&brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers of the Kafka broker every run uses")
+	fs.StringVar(&o.processor, "processor", "bin/processor", "the processor binary")
+	fs.StringVar(&o.loadgen, "loadgen", "bin/loadgen", "the load generator binary (cmd/loadgen)")
+	fs.StringVar(&o.self, "self", "", "this binary, run as `bench passthrough`; empty: os.Executable")
+	fs.StringVar(&o.streamsDir, "streams-dir", "bench/target", "the Kafka Streams app's build output (the jar and lib/)")
+	fs.StringVar(&o.java, "java", "java", "the java command for the Kafka Streams app")
+	fs.StringVar(&o.streamsHeap, "streams-heap", "-Xmx1g", "JVM heap flags of the Kafka Streams app")
+	fs.IntVar(&o.streamsThr, "streams-threads", 1, "num.stream.threads of the Kafka Streams app")
+	fs.StringVar(&o.goTool, "go", "go", "the go command, for `go tool pprof`")
+	fs.StringVar(&o.kafkaScript, "kafka-script", "integration/kafka/kafka.sh", "the broker script, asked for the broker version; empty: guess from API versions")
+
+	fs.IntVar(&o.load.Users, "users", 100_000, "users of the workload")
+	fs.IntVar(&o.load.Signals, "signals", 12_000_000, "signals pre-loaded; pick it so that each throughput run lasts 20-30 s")
+	fs.IntVar(&o.load.ValueSize, "value-size", 100, "bytes per signal value")
+	fs.Float64Var(&o.load.LeavePct, "leave-pct", 5, "percentage of users who leave")
+	fs.Float64Var(&o.load.RejoinPct, "rejoin-pct", 1, "percentage of users who rejoin")
+	fs.Uint64Var(&o.load.Seed, "seed", 1, "seed of the workload")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
+	fs.StringVar(&runs, "runs", joinList(allRuns), "throughput runs to do, comma-separated")
+	fs.StringVar(&phases, "phases", joinList(allPhases), "phases to do, comma-separated")
+
+	fs.IntVar(&o.latencyLeaves, "latency-leaves", 1200, "leaves whose latency is measured")
+	fs.DurationVar(&o.latencyFor, "latency-duration", 24*time.Second, "over how long the leaves are spread")
+	fs.Float64Var(&o.latencyRate, "latency-rate", 0, "signals/s flowing meanwhile; 0: half the measured exactly-once rate")
+	fs.DurationVar(&o.latencyGrace, "latency-grace", 0, "the processor's --grace in the latency phase; 0: no alignment hold, as issue 7 asks")
+
+	fs.StringVar(&sizes, "restore-sizes", "1000000,10000000", "members of the stores restored, comma-separated")
+	fs.IntVar(&o.rebuildCommands, "rebuild-commands", 200_000, "commands in the partition rebuilt from the commands topic alone")
+
+	fs.StringVar(&o.gateResults, "gate-results", "", "output of the pkg/gate `go test -bench` run to include; empty: none")
+	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "file the results are appended to")
+	fs.StringVar(&o.workDir, "work-dir", "bin/bench-work", "logs, profiles, data dirs and the cache of built stores")
+	fs.StringVar(&o.prefix, "topic-prefix", "", "prefix of every topic and group of this run; empty: bench-<unix time>")
+	fs.DurationVar(&o.runTimeout, "run-timeout", 20*time.Minute, "bound of each throughput run")
+	fs.BoolVar(&o.keepTopics, "keep-topics", false, "keep this run's topics (they are deleted at the end)")
+	fs.DurationVar(&o.profileFor, "profile-seconds", 10*time.Second, "length of the CPU profiles taken during the passthrough and exactly-once runs; 0: none")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; flags are written --name=value", fs.Arg(0))
+	}
+	o.brokers = splitList(brokers)
+	o.runs = splitList(runs)
+	o.phases = splitList(phases)
+	var errs []error
+	if len(o.brokers) == 0 {
+		errs = append(errs, errors.New("--brokers: give at least one host:port"))
+	}
+	for _, r := range o.runs {
+		if !slices.Contains(allRuns, r) {
+			errs = append(errs, fmt.Errorf("--runs: unknown run %q (known: %s)", r, joinList(allRuns)))
+		}
+	}
+	for _, p := range o.phases {
+		if !slices.Contains(allPhases, p) {
+			errs = append(errs, fmt.Errorf("--phases: unknown phase %q (known: %s)", p, joinList(allPhases)))
+		}
+	}
+	for _, s := range splitList(sizes) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("--restore-sizes: %q is not a positive count", s))
+			continue
+		}
+		o.restoreSizes = append(o.restoreSizes, n)
+	}
+	if err := o.load.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.load.Signals < 1 {
+		errs = append(errs, errors.New("--signals: must be at least 1"))
+	}
+	if o.partitions < 1 {
+		errs = append(errs, errors.New("--partitions: must be at least 1"))
+	}
+	if o.latencyLeaves < 1 || o.latencyFor < time.Second {
+		errs = append(errs, errors.New("--latency-leaves must be at least 1 and --latency-duration at least 1s"))
+	}
+	if o.rebuildCommands < 2 {
+		errs = append(errs, errors.New("--rebuild-commands: must be at least 2"))
+	}
+	if o.runTimeout < 10*time.Second {
+		errs = append(errs, errors.New("--run-timeout: must be at least 10s"))
+	}
+	if o.prefix == "" {
+		o.prefix = "bench-" + strconv.FormatInt(time.Now().Unix(), 10)
+	}
+	return o, errors.Join(errs...)
+}
+
+func (o *runOptions) hasPhase(p string) bool { return slices.Contains(o.phases, p) }
+
+func joinList(l []string) string { return strings.Join(l, ",") }

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// profileJob is a CPU profile being taken from a child's /debug/pprof.
+type profileJob struct {
+	path string
+	done chan error
+}
+
+// profileDelay is how long after t0 a profile starts: past the start-up.
+const profileDelay = 2 * time.Second
+
+// startProfile asks the process serving base for a CPU profile of
+// h.o.profileFor, starting after delay, and saves it in the work dir.
+func (h *harness) startProfile(ctx context.Context, name, base string, delay time.Duration) profileJob {
+	j := profileJob{path: filepath.Join(h.work, name+".cpu.pprof"), done: make(chan error, 1)}
+	go func() {
+		j.done <- fetchProfile(ctx, base, delay, h.o.profileFor, j.path)
+	}()
+	return j
+}
+
+func fetchProfile(ctx context.Context, base string, delay, d time.Duration, path string) error {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// wait waits for the profile (bounded by its own timeout) and returns its
+// path, or "" if none was taken.
+func (j profileJob) wait(h *harness) string {
+	if j.done == nil {
+		return ""
+	}
+	if err := <-j.done; err != nil {
+		h.printf("profile %s: %v", j.path, err)
+		return ""
+	}
+	return j.path
+}
+
+// addProfile records the flat and cumulative tops of a profile of binary.
+func (h *harness) addProfile(ctx context.Context, run, binary, path string) {
+	if path == "" {
+		return
+	}
+	for _, cum := range []bool{false, true} {
+		top, err := pprofTop(ctx, h.o.goTool, binary, path, 25, cum)
+		if err != nil {
+			h.res.errorf("%s profile: %v", run, err)
+			return
+		}
+		h.res.Profiles = append(h.res.Profiles, profileResult{Run: run, Cum: cum, Path: path, Top: top})
+	}
+}
+
+// pprofTop returns the first n lines of `go tool pprof -top` for the
+// profile at path, sorted by flat (cum false) or cumulative time.
+func pprofTop(ctx context.Context, goTool, binary, path string, n int, cum bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	args := []string{"tool", "pprof", "-top", fmt.Sprintf("-nodecount=%d", n)}
+	if cum {
+		args = append(args, "-cum")
+	}
+	args = append(args, binary, path)
+	out, err := exec.CommandContext(ctx, goTool, args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return trimPprofHeader(string(out)), nil
+}
+
+// trimPprofHeader drops pprof's preamble (file, build id, type, time) but
+// keeps its "Duration:" and "Showing nodes" lines and the table.
+func trimPprofHeader(s string) string {
+	var keep []string
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(line, "File:"), strings.HasPrefix(line, "Build ID:"),
+			strings.HasPrefix(line, "Type:"), strings.HasPrefix(line, "Time:"):
+			continue
+		}
+		keep = append(keep, line)
+	}
+	return strings.Join(keep, "\n")
+}

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cohortgate/cohortgate/internal/workload"
+)
+
+// results is everything one `bench run` measured.
+type results struct {
+	Started, Finished time.Time
+	Args              []string
+	Machine           machine
+	Broker            string
+	Load              loadResult
+	Throughput        []throughputResult
+	Profiles          []profileResult
+	Latency           *latencyResult
+	Restores          []restoreResult
+	Rebuild           *rebuildResult
+	Gate              *gateResults
+	Errors            []string
+}
+
+func (r *results) errorf(format string, args ...any) {
+	r.Errors = append(r.Errors, fmt.Sprintf(format, args...))
+}
+
+// loadResult is the pre-load.
+type loadResult struct {
+	Config            workload.Config
+	Signals, Commands int64
+	Partitions        int
+	Took              time.Duration
+	Command           string
+}
+
+// profileResult is the `go tool pprof -top` of one run's CPU profile.
+type profileResult struct {
+	Run  string
+	Cum  bool
+	Path string
+	Top  string
+}
+
+// machine describes where the run happened.
+type machine struct {
+	Cores      int
+	CPU        string
+	MemGiB     float64
+	Go         string
+	LoadAvg    string // /proc/loadavg at the start
+	LoadAvgEnd string
+}
+
+func readMachine() machine {
+	m := machine{Cores: runtime.NumCPU(), CPU: "unknown", Go: runtime.Version(), LoadAvg: readLoadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if kb, err := parseStatusKB(b, "MemTotal"); err == nil {
+			m.MemGiB = float64(kb) / (1 << 30)
+		}
+	}
+	return m
+}
+
+func readLoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return "load average " + strings.Join(f[:3], " ")
+}
+
+// appendReport appends report to the file at path, creating it with a
+// preamble if it does not exist. Earlier results are never rewritten.
+func appendReport(path, report string) error {
+	_, err := os.Stat(path)
+	fresh := os.IsNotExist(err)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	if fresh {
+		if _, err := f.WriteString(preamble); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if _, err := f.WriteString("\n" + report); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+const preamble = `# Benchmarks
+
+Results of ` + "`make bench`" + ` (cmd/bench), appended one section per run; old
+sections stay. How each figure is measured is in cmd/bench/main.go and below
+each table; the targets of issue 7 are measured here, never asserted.
+`
+
+// markdown renders the results as one section of BENCHMARKS.md.
+func (r *results) markdown(o *runOptions) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("## %s\n\n", r.Started.UTC().Format("2006-01-02 15:04 MST"))
+	w("- machine: %d cores, %s, %.0f GiB RAM, %s; %s at the start, %s at the end (the machine is shared: other work ran beside this one; see \"machine busy\")\n",
+		r.Machine.Cores, r.Machine.CPU, r.Machine.MemGiB, r.Machine.Go, r.Machine.LoadAvg, r.Machine.LoadAvgEnd)
+	w("- broker: %s (one KRaft node, on the same machine)\n", r.Broker)
+	w("- command: `make bench`, which ran the pkg/gate benchmarks, then `bench run %s`\n", joinArgs(r.Args))
+	w("- took %s\n", r.Finished.Sub(r.Started).Round(time.Second))
+	if len(r.Errors) > 0 {
+		w("- **failed**: %s\n", strings.Join(r.Errors, "; "))
+	}
+	r.targetsSection(w)
+	r.loadSection(w)
+	r.throughputSection(w)
+	r.latencySection(w)
+	r.gateSection(w)
+	r.restoreSection(w)
+	r.profileSection(w)
+	return b.String()
+}
+
+type writef func(format string, args ...any)
+
+// target is one of issue 7's targets next to what this run measured.
+type target struct {
+	Figure, Want, Got string
+	Met               string // "yes", "no", or "–" when not measured
+}
+
+// Names of the pkg/gate benchmarks the targets read.
+const (
+	gateAbsent10M  = "Allows/members=10M/keys=absent/impl=gate/serial"
+	gatePresent10M = "Allows/members=10M/keys=present/impl=gate/serial"
+	gateBuild10M   = "Build/impl=gate/capacity/members=10M"
+)
+
+// targets compares the run with issue 7's targets. Throughput ratios are
+// of the runs' signals/s (b/a, c/a) and signals per CPU-second (c/d);
+// lookups are serial, one goroutine, as a partition's worker does them;
+// restore is the largest store restored.
+func (r *results) targets() []target {
+	atLeast := func(figure, want string, got, limit float64, show func(float64) string) target {
+		t := target{Figure: figure, Want: want, Got: "–", Met: "–"}
+		if !math.IsNaN(got) {
+			t.Got, t.Met = show(got), yesNo(got >= limit)
+		}
+		return t
+	}
+	atMost := func(figure, want string, got, limit float64, show func(float64) string) target {
+		t := target{Figure: figure, Want: want, Got: "–", Met: "–"}
+		if !math.IsNaN(got) {
+			t.Got, t.Met = show(got), yesNo(got <= limit)
+		}
+		return t
+	}
+	byName := r.throughputByName()
+	rate := func(num, den string) float64 {
+		n, okN := byName[num]
+		d, okD := byName[den]
+		if !okN || !okD {
+			return math.NaN()
+		}
+		return ratio(n.Rate, d.Rate)
+	}
+	perCPU := func(num, den string) float64 {
+		n, okN := byName[num]
+		d, okD := byName[den]
+		if !okN || !okD {
+			return math.NaN()
+		}
+		return ratio(n.PerCPUSecond(), d.PerCPUSecond())
+	}
+	gate := func(name, unit string) float64 {
+		if r.Gate == nil {
+			return math.NaN()
+		}
+		for _, b := range r.Gate.Benches {
+			if b.Name == name {
+				if v, ok := b.metric(unit); ok {
+					return v
+				}
+			}
+		}
+		return math.NaN()
+	}
+	restore := math.NaN()
+	largest := 0
+	for _, x := range r.Restores {
+		if x.Err == "" && x.Members > largest {
+			largest, restore = x.Members, x.Rate()
+		}
+	}
+	p99 := math.NaN()
+	if l := r.Latency; l != nil && l.Found > 0 {
+		p99 = float64(l.Latency.P99) / 1e6
+	}
+	restoreFigure := "restore, members/s"
+	if largest > 0 {
+		restoreFigure = fmt.Sprintf("restore of %s members, members/s", thousands(float64(largest)))
+	}
+	return []target{
+		atLeast("b/a processor-alo / passthrough, signals/s", "≥ 0.95", rate(runProcessorALO, runPassthrough), 0.95, fixed(2)),
+		atLeast("c/a processor-eos / passthrough, signals/s", "≥ 0.90", rate(runProcessorEOS, runPassthrough), 0.90, fixed(2)),
+		atLeast("c/d processor-eos / streams, signals per CPU-s", "≥ 2", perCPU(runProcessorEOS, runStreams), 2, fixed(2)),
+		atMost("lookup of an absent user at 10M members, ns", "≤ 15", gate(gateAbsent10M, "ns/op"), 15, fixed(1)),
+		atMost("lookup of a member at 10M members, ns", "≤ 80", gate(gatePresent10M, "ns/op"), 80, fixed(1)),
+		atMost("bytes per member at 10M", "≤ 40", gate(gateBuild10M, "B/member"), 40, fixed(1)),
+		atLeast(restoreFigure, "≥ 5,000,000", restore, 5e6, thousands),
+		atMost("leave latency p99, ms", "≤ 20", p99, 20, fixed(2)),
+	}
+}
+
+// fixed formats with n decimals.
+func fixed(n int) func(float64) string {
+	return func(f float64) string { return strconv.FormatFloat(f, 'f', n, 64) }
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// throughputByName indexes the throughput runs that succeeded.
+func (r *results) throughputByName() map[string]throughputResult {
+	out := make(map[string]throughputResult, len(r.Throughput))
+	for _, t := range r.Throughput {
+		if t.Err == "" {
+			out[t.Name] = t
+		}
+	}
+	return out
+}
+
+func (r *results) targetsSection(w writef) {
+	w("\n### Targets of issue 7\n\n")
+	w("| figure | target | measured | met |\n|---|---:|---:|---|\n")
+	for _, t := range r.targets() {
+		w("| %s | %s | %s | %s |\n", t.Figure, t.Want, t.Got, t.Met)
+	}
+	w("\nMeasured, never asserted; every figure is detailed below. Lookups: the serial pkg/gate benchmarks (`%s`, `%s`); bytes per member: `%s`.\n",
+		gateAbsent10M, gatePresent10M, gateBuild10M)
+}
+
+func (r *results) loadSection(w writef) {
+	if r.Load.Signals == 0 {
+		return
+	}
+	c := r.Load.Config
+	w("\n### Load\n\n")
+	w("%d signals of %d bytes over %d users, %.3g%% leaving, %.3g%% rejoining (seed %d): %d commands; %d partitions; written in %.1fs by `%s`.\n",
+		r.Load.Signals, c.ValueSize, c.Users, c.LeavePct, c.RejoinPct, c.Seed, r.Load.Commands,
+		r.Load.Partitions, r.Load.Took.Seconds(), r.Load.Command)
+}
+
+func (r *results) throughputSection(w writef) {
+	if len(r.Throughput) == 0 {
+		return
+	}
+	w("\n### Throughput\n\n")
+	w("| run | signals/s | CPU-s per M signals | signals per CPU-s | peak RSS | start-up | window | forwarded | duplicates | forwarded/s incl. start-up | CPU-s total | child cores | machine busy (cores) | cycle (end) ms |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, t := range r.Throughput {
+		if t.Err != "" {
+			w("| %s | failed: %s |||||||||||||\n", t.Name, oneLine(t.Err))
+			continue
+		}
+		cycle := "–"
+		if t.Cycles > 0 {
+			cycle = fmt.Sprintf("%.0f", t.CycleMs())
+			if t.EndSeconds > 0 {
+				cycle += fmt.Sprintf(" (%.0f)", t.EndMs())
+			}
+		}
+		w("| %s | %s | %.2f | %s | %s | %.1fs | %.1fs | %d | %d | %s | %.1f | %.2f | %.2f | %s |\n",
+			t.Name, thousands(t.Rate), t.CPUPerMillion(), thousands(t.PerCPUSecond()), mib(t.PeakRSS),
+			t.Startup.Seconds(), t.Window.Seconds(), t.Out.Distinct, t.Out.Duplicates,
+			thousands(t.OutRate), t.CPUTotal, ratio(t.CPUWindow, t.Window.Seconds()), t.MachineBusy, cycle)
+	}
+	w("\nsignals/s: signals committed by the run's group between t0 (first commit seen) and t1 (every partition committed to its end), over t1−t0, polled every 100 ms. CPU: the child process's utime+stime (/proc/<pid>/stat) over the same window. Peak RSS: VmHWM. child cores: its CPU-s per second of the window; machine busy: every core's busy time over the window (/proc/stat): the child, the broker, the harness and other work. cycle: mean length of a processing cycle (poll until the 100 ms deadline, then end it: flush and commit, or a transaction), from the child's cycle counters; in parentheses the mean time spent ending one (passthrough only). forwarded: distinct signals in the output, read read_committed after the run. Processor runs use `--grace 0` (the signals are in the past, so alignment waits for one commands end-offset observation); commit interval 100 ms everywhere.\n\n")
+	for _, t := range r.Throughput {
+		if t.Command != "" {
+			w("- %s: `%s`\n", t.Name, t.Command)
+		}
+	}
+	byName := r.throughputByName()
+	pairs := []struct{ label, num, den string }{
+		{"b/a processor-alo / passthrough", runProcessorALO, runPassthrough},
+		{"c/a processor-eos / passthrough", runProcessorEOS, runPassthrough},
+		{"c/d processor-eos / streams", runProcessorEOS, runStreams},
+		{"c/a' processor-eos / passthrough-eos", runProcessorEOS, runPassthroughEOS},
+		{"a'/a passthrough-eos / passthrough", runPassthroughEOS, runPassthrough},
+		{"d/a streams / passthrough", runStreams, runPassthrough},
+	}
+	w("\n| ratio | signals/s | signals per CPU-s |\n|---|---:|---:|\n")
+	for _, p := range pairs {
+		n, okN := byName[p.num]
+		d, okD := byName[p.den]
+		if !okN || !okD {
+			continue
+		}
+		w("| %s | %.2f | %.2f |\n", p.label, ratio(n.Rate, d.Rate), ratio(n.PerCPUSecond(), d.PerCPUSecond()))
+	}
+}
+
+func (r *results) latencySection(w writef) {
+	l := r.Latency
+	if l == nil {
+		return
+	}
+	w("\n### Leave latency under load\n\n")
+	if l.Err != "" {
+		w("failed: %s\n", oneLine(l.Err))
+		if l.Found == 0 {
+			return
+		}
+	}
+	w("| from | leaves | p50 | p99 | p99.9 | max | min | signals/s meanwhile (target) | processor cores |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| acknowledgement | %d of %d | %s | %s | %s | %s | %s | %s (%s) | %.2f |\n", l.Found, l.Sent,
+		ms(l.Latency.P50), ms(l.Latency.P99), ms(l.Latency.P999), ms(l.Latency.Max), ms(l.Latency.Min),
+		thousands(l.Rate), thousands(l.TargetRate), l.CPU)
+	w("| send | %d of %d | %s | %s | %s | %s | %s | | |\n", l.Found, l.Sent,
+		ms(l.FromSend.P50), ms(l.FromSend.P99), ms(l.FromSend.P999), ms(l.FromSend.Max), ms(l.FromSend.Min))
+	w("\nTo `receipt.applied_at_ns` of the leave's changelog record (the processor's clock when the leave was in force in its gate), matched by request_id, from the return of the leave's ProduceSync (acknowledged by Kafka; %d of the leaves were applied before the producer saw its acknowledgement: negative values), or from just before it was produced (its at_ns). One leave in flight at a time, distinct users, while the load generator wrote signals at half the exactly-once rate. Processor: exactly once, `--grace %v`: `%s`.\n", l.Negative, l.Grace, l.Command)
+}
+
+func (r *results) gateSection(w writef) {
+	if r.Gate == nil || len(r.Gate.Benches) == 0 {
+		return
+	}
+	w("\n### Gate (go test -bench ./pkg/gate)\n\n")
+	if r.Gate.CPU != "" {
+		w("cpu: %s\n\n", r.Gate.CPU)
+	}
+	w("| benchmark | ns/op | other |\n|---|---:|---|\n")
+	for _, g := range r.Gate.Benches {
+		ns, _ := g.metric("ns/op")
+		var other []string
+		for _, m := range g.Metrics {
+			if m.Unit != "ns/op" {
+				other = append(other, fmt.Sprintf("%s %s", trimFloat(m.Value), m.Unit))
+			}
+		}
+		w("| %s | %s | %s |\n", g.Name, trimFloat(ns), strings.Join(other, ", "))
+	}
+}
+
+func (r *results) restoreSection(w writef) {
+	if len(r.Restores) == 0 && r.Rebuild == nil {
+		return
+	}
+	w("\n### Restore\n\n")
+	if len(r.Restores) > 0 {
+		w("| members | took | members/s | peak RSS | store on disk |\n|---:|---:|---:|---:|---:|\n")
+		for _, x := range r.Restores {
+			if x.Err != "" {
+				w("| %d | failed: %s ||||\n", x.Members, oneLine(x.Err))
+				continue
+			}
+			w("| %d | %s | %s | %s | %s |\n", x.Restored, x.Took.Round(time.Millisecond), thousands(x.Rate()), mib(x.PeakRSS), mib(x.StoreBytes))
+		}
+		w("\nThe processor's own figure (log line `restored membership state ... took=`): Pebble scan, decoding and gate inserts at start-up, page cache warm. Each member: one open leave and a note like the processor's; written with membership batches of 100 000.\n")
+	}
+	if x := r.Rebuild; x != nil {
+		w("\n| one partition from the commands topic alone | commands | took | commands/s | from process start | peak RSS |\n|---|---:|---:|---:|---:|---:|\n")
+		if x.Err != "" {
+			w("| rebuild | failed: %s |||||\n", oneLine(x.Err))
+		} else {
+			w("| empty data dir | %d | %s | %s | %s | %s |\n", x.Commands, x.Took.Round(time.Millisecond), thousands(x.Rate()),
+				x.Wall.Round(time.Millisecond), mib(x.PeakRSS))
+		}
+		w("\nA leave then a rejoin of each of %d users in one partition; took: the processor's log line `partition caught up with its commands` (from assignment until the commands are applied through an end offset observed after it).\n", x.Commands/2)
+	}
+}
+
+func (r *results) profileSection(w writef) {
+	if len(r.Profiles) == 0 {
+		return
+	}
+	w("\n### CPU profiles\n\n")
+	for _, p := range r.Profiles {
+		order := "flat"
+		if p.Cum {
+			order = "cumulative"
+		}
+		w("%s, by %s time (`%s`):\n\n```\n%s\n```\n\n", p.Run, order, p.Path, p.Top)
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+func trimFloat(f float64) string {
+	if math.IsNaN(f) {
+		return "–"
+	}
+	return fmt.Sprintf("%.4g", f)
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "\n", " "), "|", "/") }

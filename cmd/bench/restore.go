@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// restoreResult is the processor's start-up restore of a store of Members
+// members, each Left with one open episode and a note, as the processor
+// leaves a user after one leave. Took is the processor's own figure (its
+// log line "restored membership state ... took=": Pebble scan, decoding
+// and gate inserts), on a warm page cache (the store was just written or
+// read).
+type restoreResult struct {
+	Members    int
+	Restored   int
+	Took       time.Duration
+	PeakRSS    int64 // the processor's VmHWM just after the restore
+	StoreBytes int64
+	Build      time.Duration // building the store (0 if it came from the cache)
+	Err        string
+}
+
+// Rate is members restored per second.
+func (r restoreResult) Rate() float64 { return ratio(float64(r.Restored), r.Took.Seconds()) }
+
+// restorePhase builds (or reuses) a store per --restore-sizes and starts
+// the processor over the data dir holding it, with empty topics of its
+// own. The largest restore is profiled from the process start.
+func (h *harness) restorePhase(ctx context.Context) {
+	set := h.restoreTopics()
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	err := workload.CreateTopics(cctx, h.a.adm, set, int32(h.o.partitions), -1)
+	cancel()
+	if err != nil {
+		h.res.errorf("restore: %v", err)
+		return
+	}
+	largest := slices.Max(h.o.restoreSizes)
+	for _, n := range h.o.restoreSizes {
+		if ctx.Err() != nil {
+			return
+		}
+		r := h.restore(ctx, n, set, n == largest)
+		if r.Err != "" {
+			h.res.errorf("restore %d: %s", n, r.Err)
+			h.printf("restore: %d members: FAILED: %s", n, r.Err)
+		}
+		h.res.Restores = append(h.res.Restores, r)
+	}
+}
+
+func (h *harness) restoreTopics() topics.Set {
+	return topics.Set{
+		Commands: topics.Topic(h.topic("restore.commands")), Signals: topics.Topic(h.topic("restore.signals")),
+		Cohort: topics.Topic(h.topic("restore.cohort")), DLQ: topics.Topic(h.topic("restore.dlq")),
+		Changelog: topics.Topic(h.topic("restore.changelog")),
+	}
+}
+
+// restore starts a processor over the store of n members and reads its
+// restore line; profile takes a CPU profile from the process start.
+func (h *harness) restore(ctx context.Context, n int, set topics.Set, profile bool) restoreResult {
+	r := restoreResult{Members: n}
+	dir := filepath.Join(h.o.workDir, "stores", "members-"+strconv.Itoa(n))
+	build, err := buildStore(ctx, dir, n, func(done int) {
+		h.printf("restore: building a store of %d members: %d written", n, done)
+	})
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	r.Build = build
+	r.StoreBytes = dirSize(filepath.Join(dir, "membership"))
+	h.printf("restore: store of %d members (%s on disk, built in %.1fs; 0 = from the cache); starting the processor",
+		n, mib(r.StoreBytes), build.Seconds())
+
+	addr, err := freeAddr()
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	restored := make(chan string, 1)
+	name := "restore-" + strconv.Itoa(n)
+	args := []string{"run", "--brokers", joinList(h.o.brokers), "--data-dir", dir, "--http-addr", addr,
+		"--group", h.topic(name + ".group"), "--pprof",
+		"--commands-topic", string(set.Commands), "--signals-topic", string(set.Signals),
+		"--cohort-topic", string(set.Cohort), "--dlq-topic", string(set.DLQ), "--changelog-topic", string(set.Changelog)}
+	var c *child
+	c, err = h.procs.start(name, h.logPath(name), func(line string) {
+		if restoredLine.MatchString(line) {
+			select {
+			case restored <- line:
+			default:
+			}
+		}
+	}, h.o.processor, args...)
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	defer c.stop(10 * time.Second)
+	var prof profileJob
+	if profile && h.o.profileFor > 0 {
+		prof = h.startProfile(ctx, name, "http://"+addr, 200*time.Millisecond)
+	}
+	t := time.NewTimer(10 * time.Minute)
+	defer t.Stop()
+	var line string
+	select {
+	case line = <-restored:
+	case <-c.done:
+		select {
+		case line = <-restored:
+		default:
+			r.Err = c.failure().Error()
+			return r
+		}
+	case <-t.C:
+		r.Err = "no restore line within 10m"
+		return r
+	case <-ctx.Done():
+		r.Err = ctx.Err().Error()
+		return r
+	}
+	if rss, err := procPeakRSS(c.pid()); err == nil {
+		r.PeakRSS = rss
+	}
+	if r.Restored, r.Took, err = parseRestoreLine(line); err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	h.addProfile(ctx, name, h.o.processor, prof.wait(h))
+	h.printf("restore: %d members in %v: %s members/s, peak RSS %s", r.Restored, r.Took, thousands(r.Rate()), mib(r.PeakRSS))
+	return r
+}
+
+// restoredLine matches the processor's log line after its restore.
+var restoredLine = regexp.MustCompile(`msg="restored membership state"`)
+
+// parseRestoreLine reads members= and took= from the processor's
+// "restored membership state" log line (text format).
+func parseRestoreLine(line string) (members int, took time.Duration, err error) {
+	m := regexp.MustCompile(`\bmembers=(\d+)\b.*\btook=(\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		return 0, 0, fmt.Errorf("no members= and took= in %q", line)
+	}
+	if members, err = strconv.Atoi(m[1]); err != nil {
+		return 0, 0, err
+	}
+	took, err = time.ParseDuration(m[2])
+	return members, took, err
+}
+
+// storeFormat names the shape of the stores buildStore makes; a cached
+// store of another shape is rebuilt.
+const storeFormat = "v2: random ids written in key order; one open leave and a processor-like note per member\n"
+
+// buildStore makes, in dataDir/membership, a store of n members written
+// with membership batches of 100 000 commands, unless dataDir already holds
+// one of the same format. Each member has left once (one open episode)
+// and carries a note like the one the processor writes with each command.
+// User ids are random over the whole uint64 range, as real ids are, and
+// written in ascending order: each command reads the user's records first,
+// and in key order that read finds its blocks cached, so the build runs at
+// Pebble's write rate instead of one random read per member (ten times
+// slower at 10M). The restore scans in key order whatever the write order.
+// It returns how long the build took (0 when cached).
+func buildStore(ctx context.Context, dataDir string, n int, progress func(done int)) (time.Duration, error) {
+	marker := filepath.Join(dataDir, "bench-store-complete")
+	if b, err := os.ReadFile(marker); err == nil && string(b) == storeFormat {
+		return 0, nil
+	}
+	if err := os.RemoveAll(dataDir); err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	// NoSync: the build is not what is measured; Close makes it durable.
+	s, err := membership.Open(filepath.Join(dataDir, "membership"), &membership.Options{NoSync: true})
+	if err != nil {
+		return 0, err
+	}
+	ids := memberIDs(n)
+	const batchSize = 100_000
+	const baseNs = 1_764_633_600_000_000_000
+	lastPrint := time.Now()
+	for from := 0; from < n; from += batchSize {
+		if err := ctx.Err(); err != nil {
+			s.Close()
+			return 0, err
+		}
+		b := s.NewBatch()
+		for i := from; i < min(from+batchSize, n); i++ {
+			user := ids[i]
+			at := uint64(baseNs + i)
+			if _, err := b.Leave(user, at); err != nil {
+				b.Close()
+				s.Close()
+				return 0, err
+			}
+			note := topics.AppendNote(nil, topics.Note{
+				Command: &topics.CommandRef{Op: "leave", AtNs: at, Topic: "membership.commands",
+					Partition: int32(i % 6), Offset: int64(i / 6), RequestID: "r-" + strconv.Itoa(i), Changed: true},
+				Receipt: &topics.Receipt{AppliedAtNs: int64(at) + 5_000_000, SignalsPartition: int32(i % 6), SignalsOffset: int64(i)},
+			})
+			if err := b.SetNote(user, note); err != nil {
+				b.Close()
+				s.Close()
+				return 0, err
+			}
+		}
+		if err := b.Commit(); err != nil {
+			s.Close()
+			return 0, err
+		}
+		if time.Since(lastPrint) >= time.Second {
+			lastPrint = time.Now()
+			progress(min(from+batchSize, n))
+		}
+	}
+	if err := s.Close(); err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(marker, []byte(storeFormat), 0o644); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// memberIDs returns n distinct random user ids (never 0), seeded by n, in
+// ascending order.
+func memberIDs(n int) []uint64 {
+	rng := rand.New(rand.NewPCG(uint64(n), 0x5eed))
+	ids := make([]uint64, 0, n)
+	for len(ids) < n { // duplicates among 2^64 are rare: one or two rounds
+		for range n - len(ids) {
+			if id := rng.Uint64(); id != 0 {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+	}
+	return ids
+}
+
+// dirSize is the total size of the regular files under dir.
+func dirSize(dir string) int64 {
+	var total int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil && info.Mode().IsRegular() {
+			total += info.Size()
+		}
+		return nil
+	})
+	return total
+}

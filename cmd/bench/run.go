@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// harness is the state of one `bench run`.
+type harness struct {
+	o      *runOptions
+	a      *admin
+	procs  procs  // the children still running
+	work   string // this run's directory under --work-dir
+	res    *results
+	outMu  sync.Mutex
+	stdout io.Writer
+
+	// The pre-loaded input topics and their end offsets.
+	signals, commands string
+	signalsEnd        offsets
+	commandsEnd       offsets
+}
+
+// run is `bench run`: the phases in order, each bounded; a phase that
+// fails is recorded and the next one runs. The results are appended to
+// --out at the end, failures included.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseRunOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	if o.self == "" {
+		if o.self, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	h := &harness{o: o, stdout: stdout, res: &results{Started: time.Now(), Args: args}}
+	defer h.procs.stopAll(5 * time.Second)
+	h.work, err = filepath.Abs(filepath.Join(o.workDir, o.prefix))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(h.work, 0o755); err != nil {
+		return err
+	}
+	if h.a, err = newAdmin(o.brokers); err != nil {
+		return err
+	}
+	defer h.a.close()
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	_, err = h.a.adm.BrokerMetadata(pctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("no Kafka broker answers at %s (start one with `make kafka-start`): %w", joinList(o.brokers), err)
+	}
+	h.signals, h.commands = h.topic("signals"), h.topic("commands")
+
+	h.res.Machine = readMachine()
+	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	h.res.Broker = h.a.brokerVersion(vctx, o.kafkaScript) + " at " + joinList(o.brokers)
+	cancel()
+	h.printf("work dir %s; broker %s; %s", h.work, h.res.Broker, h.res.Machine.LoadAvg)
+	if o.gateResults != "" {
+		h.res.Gate, err = readGateResults(o.gateResults)
+		if err != nil {
+			h.res.errorf("gate results: %v", err)
+		}
+	}
+
+	if o.hasPhase("throughput") {
+		h.throughputPhase(ctx)
+	}
+	if o.hasPhase("latency") && ctx.Err() == nil {
+		h.latencyPhase(ctx)
+	}
+	if o.hasPhase("restore") && ctx.Err() == nil {
+		h.restorePhase(ctx)
+	}
+	if o.hasPhase("rebuild") && ctx.Err() == nil {
+		h.rebuildPhase(ctx)
+	}
+	if !o.keepTopics {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		h.dropTopics(dctx, o.prefix+".")
+		cancel()
+	}
+	h.res.Finished = time.Now()
+	h.res.Machine.LoadAvgEnd = readLoadAvg()
+	if ctx.Err() != nil {
+		h.res.errorf("interrupted: %v", ctx.Err())
+	}
+	report := h.res.markdown(o)
+	fmt.Fprintln(stdout)
+	fmt.Fprint(stdout, report)
+	if err := appendReport(o.out, report); err != nil {
+		return err
+	}
+	h.printf("results appended to %s (logs and profiles in %s)", o.out, h.work)
+	if len(h.res.Errors) > 0 {
+		return fmt.Errorf("%d phase(s) failed: %s", len(h.res.Errors), strings.Join(h.res.Errors, "; "))
+	}
+	return nil
+}
+
+// throughputPhase pre-loads the input and does every selected run.
+func (h *harness) throughputPhase(ctx context.Context) {
+	if err := h.preload(ctx); err != nil {
+		h.res.errorf("pre-load: %v", err)
+		return
+	}
+	for _, name := range h.o.runs {
+		if ctx.Err() != nil {
+			return
+		}
+		var start func(string) (spawned, error)
+		switch name {
+		case runPassthrough:
+			start = h.startPassthrough(name, false)
+		case runPassthroughEOS:
+			start = h.startPassthrough(name, true)
+		case runProcessorALO:
+			start = h.startProcessor(name, false)
+		case runProcessorEOS:
+			start = h.startProcessor(name, true)
+		case runStreams:
+			start = h.startStreams(name)
+		}
+		r := h.throughput(ctx, name, start)
+		if r.Err != "" {
+			h.res.errorf("%s: %s", name, r.Err)
+		}
+		binary := h.o.processor
+		if strings.HasPrefix(name, runPassthrough) {
+			binary = h.o.self
+		}
+		h.addProfile(ctx, name, binary, r.Profile)
+		h.res.Throughput = append(h.res.Throughput, r)
+	}
+}
+
+// preload writes the workload with cmd/loadgen, as its own process, and
+// records the end offsets of the input topics.
+func (h *harness) preload(ctx context.Context) error {
+	l := h.o.load
+	args := []string{"--brokers", joinList(h.o.brokers),
+		"--users", strconv.Itoa(l.Users), "--signals", strconv.Itoa(l.Signals),
+		"--value-size", strconv.Itoa(l.ValueSize), "--leave-pct", fmtFloat(l.LeavePct),
+		"--rejoin-pct", fmtFloat(l.RejoinPct), "--rate", "0", "--seed", strconv.FormatUint(l.Seed, 10),
+		"--commands-topic", h.commands, "--signals-topic", h.signals,
+		"--cohort-topic", h.topic("load.cohort"), "--dlq-topic", h.topic("load.dlq"),
+		"--changelog-topic", h.topic("load.changelog"),
+		"--partitions", strconv.Itoa(h.o.partitions)}
+	h.printf("pre-load: loadgen %s", joinArgs(args))
+	start := time.Now()
+	c, err := h.procs.start("loadgen", h.logPath("loadgen"), func(line string) {
+		h.printf("pre-load: %s", strings.TrimPrefix(line, "loadgen: "))
+	}, h.o.loadgen, args...)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	if err := c.wait(wctx); err != nil {
+		c.stop(5 * time.Second)
+		return c.failure()
+	}
+	h.res.Load = loadResult{Config: l, Partitions: h.o.partitions, Took: time.Since(start), Command: "loadgen " + joinArgs(args)}
+	if h.signalsEnd, err = h.a.endOffsets(ctx, h.signals); err != nil {
+		return err
+	}
+	if h.commandsEnd, err = h.a.endOffsets(ctx, h.commands); err != nil {
+		return err
+	}
+	h.res.Load.Signals, h.res.Load.Commands = h.signalsEnd.sum(), h.commandsEnd.sum()
+	if h.res.Load.Signals != int64(l.Signals) {
+		return fmt.Errorf("the signals topic holds %d records, want %d", h.res.Load.Signals, l.Signals)
+	}
+	h.printf("pre-load: %d signals and %d commands in %.1fs", h.res.Load.Signals, h.res.Load.Commands, h.res.Load.Took.Seconds())
+	return nil
+}
+
+// printf prints one progress line, stamped with the time since start.
+func (h *harness) printf(format string, args ...any) {
+	h.outMu.Lock()
+	defer h.outMu.Unlock()
+	fmt.Fprintf(h.stdout, "bench %6.1fs  %s\n", time.Since(h.res.Started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// topic names a topic, group or id of this run.
+func (h *harness) topic(name string) string { return h.o.prefix + "." + name }
+
+// logPath is the log file of a child.
+func (h *harness) logPath(name string) string { return filepath.Join(h.work, name+".log") }
+
+// dropTopics deletes the topics of this run starting with prefix, unless
+// they are to be kept.
+func (h *harness) dropTopics(ctx context.Context, prefixes ...string) {
+	if h.o.keepTopics {
+		return
+	}
+	for _, prefix := range prefixes {
+		names, err := h.a.topicsWithPrefix(ctx, prefix)
+		if err == nil && len(names) > 0 {
+			err = h.a.deleteTopics(ctx, names...)
+		}
+		if err != nil {
+			h.printf("unable to delete topics %s*: %v", prefix, err)
+		}
+	}
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func joinArgs(args []string) string { return strings.Join(args, " ") }
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// thousands formats f rounded, with separators: 1,234,567.
+func thousands(f float64) string {
+	if f != f { // NaN
+		return "–"
+	}
+	s := strconv.FormatInt(int64(math.Round(f)), 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// mib formats bytes as MiB.
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
