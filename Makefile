@@ -34,8 +34,23 @@ kafka-start:
 kafka-stop:
 	$(KAFKA) stop
 
+# The benchmarks of issue 7 in one run against the broker at KAFKA_BROKERS
+# (start one with `make kafka-start`): the pkg/gate benchmarks, then
+# cmd/bench (throughput of the passthrough, the processor and the Kafka
+# Streams app of bench/, leave latency, restore); results are appended to
+# BENCHMARKS.md. Needs Java 17 and Maven for bench/. Bigger or partial
+# runs through BENCHFLAGS, e.g. BENCHFLAGS='--signals 30000000' or
+# BENCHFLAGS='--phases throughput --runs passthrough,processor-eos'.
+BENCHFLAGS ?=
+
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./topics/...
+	@mkdir -p bin
+	$(GO) build -o bin/processor ./cmd/processor
+	$(GO) build -o bin/loadgen ./cmd/loadgen
+	$(GO) build -o bin/bench ./cmd/bench
+	mvn -q -B -Dstyle.color=never -f bench/pom.xml package -DskipTests
+	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./pkg/gate | tee bin/bench-gate.txt"
+	./bin/bench run --brokers $(KAFKA_BROKERS) --go $(GO) --gate-results bin/bench-gate.txt $(BENCHFLAGS)
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
