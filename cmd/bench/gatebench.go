@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // gateBench is one result line of `go test -bench`.
@@ -22,10 +23,12 @@ type metric struct {
 	Unit  string
 }
 
-// gateResults are the benchmark lines of a `go test -bench` output and the
-// cpu line of its header.
+// gateResults are the benchmark lines of a `go test -bench` output, the
+// cpu line of its header and how long the package's run took (its "ok"
+// line; 0 if absent).
 type gateResults struct {
 	CPU     string
+	Took    time.Duration
 	Benches []gateBench
 }
 
@@ -42,7 +45,8 @@ func readGateResults(path string) (*gateResults, error) {
 //
 //	BenchmarkName/sub-8   1000   12.5 ns/op   0 B/op   3.5 custom-unit
 //
-// and the "cpu: ..." header line; everything else is skipped.
+// the "cpu: ..." header line and the closing "ok <package> <duration>"
+// line; everything else is skipped.
 func parseGateResults(r io.Reader) (*gateResults, error) {
 	out := &gateResults{}
 	sc := bufio.NewScanner(r)
@@ -51,6 +55,12 @@ func parseGateResults(r io.Reader) (*gateResults, error) {
 		line := sc.Text()
 		if cpu, ok := strings.CutPrefix(line, "cpu: "); ok {
 			out.CPU = strings.TrimSpace(cpu)
+			continue
+		}
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "ok" {
+			if d, err := time.ParseDuration(f[2]); err == nil {
+				out.Took += d
+			}
 			continue
 		}
 		if !strings.HasPrefix(line, "Benchmark") {

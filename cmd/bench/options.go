@@ -46,6 +46,7 @@ type runOptions struct {
 	runTimeout  time.Duration
 	keepTopics  bool
 	profileFor  time.Duration
+	invokedAs   string // the command that ran this one, for the report
 	args        []string
 }
 
@@ -80,7 +81,7 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	fs.StringVar(&o.kafkaScript, "kafka-script", "integration/kafka/kafka.sh", "the broker script, asked for the broker version; empty: guess from API versions")
 
 	fs.IntVar(&o.load.Users, "users", 100_000, "users of the workload")
-	fs.IntVar(&o.load.Signals, "signals", 12_000_000, "signals pre-loaded; pick it so that each throughput run lasts 20-30 s")
+	fs.IntVar(&o.load.Signals, "signals", 24_000_000, "signals pre-loaded; pick it so that each throughput run but Kafka Streams' lasts 15-30 s")
 	fs.IntVar(&o.load.ValueSize, "value-size", 100, "bytes per signal value")
 	fs.Float64Var(&o.load.LeavePct, "leave-pct", 5, "percentage of users who leave")
 	fs.Float64Var(&o.load.RejoinPct, "rejoin-pct", 1, "percentage of users who rejoin")
@@ -104,6 +105,7 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	fs.DurationVar(&o.runTimeout, "run-timeout", 20*time.Minute, "bound of each throughput run")
 	fs.BoolVar(&o.keepTopics, "keep-topics", false, "keep this run's topics (they are deleted at the end)")
 	fs.DurationVar(&o.profileFor, "profile-seconds", 10*time.Second, "length of the CPU profiles taken during the passthrough and exactly-once runs; 0: none")
+	fs.StringVar(&o.invokedAs, "invoked-as", "", "the command that ran this one (make passes `make bench ...`), written in the report; empty: bench run and its flags")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -129,8 +129,16 @@ func (r *results) markdown(o *runOptions) string {
 	w("- machine: %d cores, %s, %.0f GiB RAM, %s; %s at the start, %s at the end (the machine is shared: other work ran beside this one; see \"machine busy\")\n",
 		r.Machine.Cores, r.Machine.CPU, r.Machine.MemGiB, r.Machine.Go, r.Machine.LoadAvg, r.Machine.LoadAvgEnd)
 	w("- broker: %s (one KRaft node, on the same machine)\n", r.Broker)
-	w("- command: `make bench`, which ran the pkg/gate benchmarks, then `bench run %s`\n", joinArgs(r.Args))
-	w("- took %s\n", r.Finished.Sub(r.Started).Round(time.Second))
+	invoked := o.invokedAs
+	if invoked == "" {
+		invoked = "bench run " + joinArgs(r.Args)
+	}
+	w("- command: `%s`, which ran `bench run %s`\n", invoked, joinArgs(r.Args))
+	took := r.Finished.Sub(r.Started).Round(time.Second).String() + " (bench run)"
+	if r.Gate != nil && r.Gate.Took > 0 {
+		took += fmt.Sprintf(", after %s of pkg/gate benchmarks", r.Gate.Took.Round(time.Second))
+	}
+	w("- took %s\n", took)
 	if len(r.Errors) > 0 {
 		w("- **failed**: %s\n", strings.Join(r.Errors, "; "))
 	}
@@ -416,11 +424,16 @@ func (r *results) profileSection(w writef) {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 
+// trimFloat formats f with 4 significant digits, and from 10,000 up as a
+// whole number with separators.
 func trimFloat(f float64) string {
-	if math.IsNaN(f) {
+	switch {
+	case math.IsNaN(f):
 		return "–"
+	case math.Abs(f) >= 1e4:
+		return thousands(f)
 	}
-	return fmt.Sprintf("%.4g", f)
+	return strconv.FormatFloat(f, 'g', 4, 64)
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "\n", " "), "|", "/") }

@@ -112,3 +112,33 @@ func TestMetricLine(t *testing.T) {
 		}
 	}
 }
+
+func TestWithoutFlag(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--brokers", "b", "--invoked-as", "make bench X=1", "--signals", "5"}, "--brokers b --signals 5"},
+		{[]string{"-invoked-as=make bench", "--signals=5"}, "--signals=5"},
+		{[]string{"--invoked-asx", "v"}, "--invoked-asx v"},
+		{[]string{"--invoked-as"}, ""},
+	}
+	for _, tt := range tests {
+		if got := joinArgs(withoutFlag(tt.args, "invoked-as")); got != tt.want {
+			t.Errorf("withoutFlag(%q) = %q, want %q", tt.args, got, tt.want)
+		}
+	}
+}
+
+func TestGateTook(t *testing.T) {
+	g, err := parseGateResults(strings.NewReader("BenchmarkA-2 10 1 ns/op\nPASS\nok  \tgithub.com/x/gate\t156.972s\n"))
+	if err != nil || g.Took != 156972*time.Millisecond || len(g.Benches) != 1 {
+		t.Fatalf("parseGateResults = %+v, %v", g, err)
+	}
+	if got := trimFloat(2.852e6); got != "2,852,000" {
+		t.Errorf("trimFloat(2.852e6) = %q", got)
+	}
+	if got := trimFloat(28.523); got != "28.52" {
+		t.Errorf("trimFloat(28.523) = %q", got)
+	}
+}

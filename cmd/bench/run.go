@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	h := &harness{o: o, stdout: stdout, res: &results{Started: time.Now(), Args: args}}
+	h := &harness{o: o, stdout: stdout, res: &results{Started: time.Now(), Args: withoutFlag(args, "invoked-as")}}
 	defer h.procs.stopAll(5 * time.Second)
 	h.work, err = filepath.Abs(filepath.Join(o.workDir, o.prefix))
 	if err != nil {
@@ -226,6 +226,23 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// withoutFlag returns args without the flag name and its value, written
+// -name value, --name value, -name=value or --name=value.
+func withoutFlag(args []string, name string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
+		switch {
+		case a == name && i+1 < len(args):
+			i++ // its value
+		case a == name, strings.HasPrefix(a, name+"="):
+		default:
+			out = append(out, args[i])
+		}
+	}
+	return out
 }
 
 func joinArgs(args []string) string { return strings.Join(args, " ") }
