@@ -50,7 +50,8 @@ bench:
 	$(GO) build -o bin/bench ./cmd/bench
 	mvn -q -B -Dstyle.color=never -f bench/pom.xml package -DskipTests
 	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./pkg/gate | tee bin/bench-gate.txt"
-	./bin/bench run --brokers $(KAFKA_BROKERS) --go $(GO) --gate-results bin/bench-gate.txt $(BENCHFLAGS)
+	./bin/bench run --brokers $(KAFKA_BROKERS) --go $(GO) --gate-results bin/bench-gate.txt \
+		--invoked-as "make bench KAFKA_BROKERS=$(KAFKA_BROKERS)$(if $(BENCHFLAGS), BENCHFLAGS='$(BENCHFLAGS)')" $(BENCHFLAGS)
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
