@@ -126,7 +126,7 @@ func (r *results) markdown(o *runOptions) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("## %s\n\n", r.Started.UTC().Format("2006-01-02 15:04 MST"))
-	w("- machine: %d cores, %s, %.0f GiB RAM, %s; %s at the start, %s at the end (the machine is shared: other work ran beside this one; see \"machine busy\")\n",
+	w("- machine: %d cores, %s, %.0f GiB RAM, %s; %s at the start, %s at the end (the machine is shared with other work, which may have run beside this one; see \"machine busy\")\n",
 		r.Machine.Cores, r.Machine.CPU, r.Machine.MemGiB, r.Machine.Go, r.Machine.LoadAvg, r.Machine.LoadAvgEnd)
 	w("- broker: %s (one KRaft node, on the same machine)\n", r.Broker)
 	invoked := o.invokedAs
