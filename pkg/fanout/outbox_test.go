@@ -29,7 +29,7 @@ func TestOutboxRoundTrip(t *testing.T) {
 			!out.Timestamp.Equal(r.Timestamp) || len(out.Headers) != 2 || out.Headers[0].Key != "a" {
 			t.Fatalf("record() = %+v", out)
 		}
-		pinned := out.Context != nil && out.Context.Value(pinnedKey{}) != nil
+		pinned := isPinned(out)
 		if pinned != (partition >= 0) || (pinned && out.Partition != partition) {
 			t.Fatalf("partition %d: pinned %v to %d", partition, pinned, out.Partition)
 		}

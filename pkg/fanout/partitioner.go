@@ -6,15 +6,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// pinnedKey marks, in a record's Context, a record whose Partition was
-// chosen by the processor: a misrouted input re-published to the partition
-// that owns its key.
-type pinnedKey struct{}
+// pinned is the Context of a record whose Partition was chosen by the
+// processor: a misrouted input re-published to the partition that owns its
+// key, or a changelog record. A distinct type rather than a context value:
+// the partitioner runs for every record, and a type check costs a compare
+// where Context.Value walks the produce context's chain.
+type pinned struct{ context.Context }
 
 // pin sends r to partition rather than to its key's partition.
 func pin(r *kgo.Record, partition int32) {
 	r.Partition = partition
-	r.Context = context.WithValue(context.Background(), pinnedKey{}, true)
+	r.Context = pinned{context.Background()}
+}
+
+// isPinned reports whether pin chose r's partition.
+func isPinned(r *kgo.Record) bool {
+	_, ok := r.Context.(pinned)
+	return ok
 }
 
 // partitioner routes every record by Kafka's default key hash (murmur2,
@@ -34,7 +42,7 @@ type topicPartitioner struct{ byKey kgo.TopicPartitioner }
 func (t topicPartitioner) RequiresConsistency(*kgo.Record) bool { return true }
 
 func (t topicPartitioner) Partition(r *kgo.Record, n int) int {
-	if r.Context != nil && r.Context.Value(pinnedKey{}) != nil && int(r.Partition) < n {
+	if isPinned(r) && int(r.Partition) < n {
 		return int(r.Partition)
 	}
 	return t.byKey.Partition(r, n)

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"context"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -42,6 +43,19 @@ func TestPartitionerPins(t *testing.T) {
 	}
 	if got := tp.Partition(&kgo.Record{Key: []byte("21")}, 6); got != byKey {
 		t.Fatalf("unpinned record placed in %d, want %d", got, byKey)
+	}
+	// A produce context (franz-go sets one on every record) and a stale
+	// Partition do not pin.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	other := &kgo.Record{Key: []byte("21"), Partition: int32((byKey + 1) % 6), Context: ctx}
+	if got := tp.Partition(other, 6); got != byKey {
+		t.Fatalf("record with a produce context placed in %d, want %d", got, byKey)
+	}
+	// A pinned partition beyond the topic's count falls back to the key.
+	pin(r, 6)
+	if got := tp.Partition(r, 6); got != byKey {
+		t.Fatalf("record pinned out of range placed in %d, want %d", got, byKey)
 	}
 }
 
