@@ -17,6 +17,10 @@ type lane struct {
 	c      *claim
 	q      queue
 	paused bool
+	// start is where this claim's consuming began (the offset of the first
+	// record fetched for it), or -1 before any record: where an abort
+	// rewinds a partition the group has no commit for.
+	start kgo.EpochOffset
 }
 
 // loop is the signals side: one goroutine that owns a session and the
@@ -113,6 +117,10 @@ func (l *loop) take(fetches kgo.Fetches) {
 			// owner fetches it again from the committed offset.
 			return
 		}
+		if ln.start.Offset < 0 {
+			first := fp.Records[0]
+			ln.start = kgo.EpochOffset{Epoch: first.LeaderEpoch, Offset: first.Offset}
+		}
 		for _, r := range fp.Records {
 			ln.q.push(r, now)
 		}
@@ -132,7 +140,7 @@ func (l *loop) syncLanes() {
 	}
 	for _, c := range l.p.claims.all() {
 		if l.lanes[c.partition] == nil {
-			l.lanes[c.partition] = &lane{c: c}
+			l.lanes[c.partition] = &lane{c: c, start: kgo.EpochOffset{Epoch: -1, Offset: -1}}
 		}
 	}
 }
@@ -338,23 +346,34 @@ func (l *loop) end(ctx context.Context) error {
 
 // rewind drops every undecided signal and moves the fetch positions of
 // all lanes back to the group's committed offsets, so that the aborted
-// cycle's signals are fetched and decided again. franz-go rewinds the
-// partitions that have a committed offset on its own after an abort, but
-// not those that never had one: they go back to the log start here.
+// cycle's signals are fetched and decided again.
 func (l *loop) rewind() {
 	l.syncLanes() // a revocation may have ended the cycle: only rewind what is still ours
 	topic := string(l.p.cfg.Topics.Signals)
-	committed := l.s.client().CommittedOffsets()[topic]
-	set := make(map[int32]kgo.EpochOffset, len(l.lanes))
-	for p, ln := range l.lanes {
+	for _, ln := range l.lanes {
 		ln.q.reset()
+	}
+	set := rewindOffsets(l.lanes, l.s.client().CommittedOffsets()[topic])
+	l.s.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: set})
+}
+
+// rewindOffsets returns where each lane's partition must be consumed from
+// again after an abort: its committed offset, or, for a partition the
+// client knows no commit of, where the lane's consuming began. A lane that
+// has fetched nothing is left alone: its committed offset may still be
+// being fetched, and a SetOffsets then would win over it (a partition
+// taken over from another instance would start again at 0, forwarding its
+// whole history a second time).
+func rewindOffsets(lanes map[int32]*lane, committed map[int32]kgo.EpochOffset) map[int32]kgo.EpochOffset {
+	set := make(map[int32]kgo.EpochOffset, len(lanes))
+	for p, ln := range lanes {
 		if o, ok := committed[p]; ok {
 			set[p] = o
-		} else {
-			set[p] = kgo.EpochOffset{Epoch: -1, Offset: 0}
+		} else if ln.start.Offset >= 0 {
+			set[p] = ln.start
 		}
 	}
-	l.s.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: set})
+	return set
 }
 
 // delivered clears the outbox entries produced in a cycle whose output is
