@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -29,9 +30,20 @@ func (p *Processor) newSession() (session, error) {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))
 	}
 	if p.cfg.ExactlyOnce {
-		return newTxnSession(topic, append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
+		return newTxnSession(topic, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
 	}
 	return newPlainSession(topic, append(opts, kgo.DisableAutoCommit()))
+}
+
+// endTimeout bounds the end of a transaction: the session timeout
+// (franz-go's default, 45s, when unset), at least 10s. By then a member
+// that could not heartbeat has lost its partitions anyway.
+func (p *Processor) endTimeout() time.Duration {
+	d := p.cfg.SessionTimeout
+	if d <= 0 {
+		d = 45 * time.Second
+	}
+	return max(d, 10*time.Second)
 }
 
 // assigned claims the new signals partitions and starts consuming their

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -64,14 +65,21 @@ type txnSession struct {
 	s      *kgo.GroupTransactSession
 	topic  string
 	failed failures
+	// endTimeout bounds GroupTransactSession.End. End waits for a forced
+	// heartbeat; when the member's session has expired meanwhile (the
+	// process was stopped), franz-go's group loop instead waits for
+	// AllowRebalance, which only comes after End: without a bound the
+	// two wait for each other forever. Past it, the outcome is unknown
+	// and the session is replaced.
+	endTimeout time.Duration
 }
 
-func newTxnSession(topic string, opts []kgo.Opt) (*txnSession, error) {
+func newTxnSession(topic string, endTimeout time.Duration, opts []kgo.Opt) (*txnSession, error) {
 	s, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("unable to create transactional session: %w", err)
 	}
-	return &txnSession{s: s, topic: topic}, nil
+	return &txnSession{s: s, topic: topic, endTimeout: endTimeout}, nil
 }
 
 func (t *txnSession) client() *kgo.Client { return t.s.Client() }
@@ -102,6 +110,8 @@ func (t *txnSession) end(ctx context.Context, commit bool, pos map[int32]positio
 		rewriteTxnOffsets(req, t.topic, pos)
 		return nil
 	})
+	ctx, cancel := context.WithTimeout(ctx, t.endTimeout)
+	defer cancel()
 	committed, err := t.s.End(ctx, try)
 	if err != nil {
 		return false, fmt.Errorf("unable to end transaction: %w", err)
@@ -133,7 +143,11 @@ func rewriteTxnOffsets(req *kmsg.TxnOffsetCommitRequest, topic string, pos map[i
 }
 
 func (t *txnSession) allowRebalance() { t.s.AllowRebalance() }
-func (t *txnSession) close()          { t.s.Close() }
+
+// close leaves the group. It allows the rebalance first: after an End that
+// timed out, franz-go's group loop may be waiting for it, and Close would
+// wait for the group loop.
+func (t *txnSession) close() { t.s.CloseAllowingRebalance() }
 
 // errOffsetsNotCommitted is a plain session's report that everything
 // produced in the cycle was acknowledged but the offset commit failed: the
