@@ -1,0 +1,282 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// Phases of Produce, as Progress reports them.
+const (
+	PhaseSignals = "producing" // signals and commands going out
+	PhaseFlush   = "flushing"  // everything handed to the client; waiting for acknowledgements
+	PhaseDone    = "done"      // everything acknowledged
+)
+
+// Progress is how far Produce got.
+type Progress struct {
+	Phase    string
+	Signals  int // signals handed to the client
+	Acked    int // signals acknowledged by Kafka
+	Commands int // commands acknowledged by Kafka
+	Elapsed  time.Duration
+}
+
+// Records returns the records handed to Kafka so far, signals and commands.
+func (p Progress) Records() int { return p.Signals + p.Commands }
+
+// Rate returns the records per second so far.
+func (p Progress) Rate() float64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return float64(p.Records()) / p.Elapsed.Seconds()
+}
+
+func (p Progress) String() string {
+	return fmt.Sprintf("%s: %d/%d signals acknowledged, %d commands, %.0f records/s, %v",
+		p.Phase, p.Acked, p.Signals, p.Commands, p.Rate(), p.Elapsed.Round(time.Millisecond))
+}
+
+// progressEvery bounds how often Produce calls its progress callback.
+const progressEvery = time.Second
+
+// Produce writes plan to set's signals and commands topics with cl, whose
+// partitioner must be Kafka's default (franz-go's default, murmur2), and
+// returns once every record is acknowledged, or at the first error. It
+// calls progress (if not nil) from its own goroutine at most once a
+// second, and once at the end.
+//
+// Signals are produced asynchronously with the wall clock as their
+// timestamp; each command synchronously, stamped with at_ns = the wall
+// clock just before it is produced. See the package documentation for why.
+func Produce(ctx context.Context, cl *kgo.Client, set topics.Set, plan *Plan, progress func(Progress)) (Progress, error) {
+	cfg := plan.Config
+	start := time.Now()
+	var (
+		acked atomic.Int64
+		fail  firstError
+	)
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			fail.set(err)
+			return
+		}
+		acked.Add(1)
+	}
+	st := Progress{Phase: PhaseSignals}
+	report := func() {
+		st.Elapsed = time.Since(start)
+		st.Acked = int(acked.Load())
+		if progress != nil {
+			progress(st)
+		}
+	}
+	lastReport := start
+	maybeReport := func() {
+		if now := time.Now(); now.Sub(lastReport) >= progressEvery {
+			lastReport = now
+			report()
+		}
+	}
+	asyncErr := func() error {
+		if err := fail.get(); err != nil {
+			return fmt.Errorf("workload: producing signals: %w", err)
+		}
+		return nil
+	}
+
+	next := 0 // next command of the plan
+	commands := func(before int) error {
+		for ; next < len(plan.Commands) && plan.Commands[next].Before == before; next++ {
+			if err := produceCommand(ctx, cl, set, plan.Commands[next]); err != nil {
+				return err
+			}
+			st.Commands++
+			maybeReport()
+		}
+		return nil
+	}
+
+	var value []byte
+	for seq := range cfg.Signals {
+		if err := commands(seq); err != nil {
+			return st, err
+		}
+		if seq%1024 == 0 {
+			if err := asyncErr(); err != nil {
+				return st, err
+			}
+			if err := ctx.Err(); err != nil {
+				return st, err
+			}
+			maybeReport()
+		}
+		if err := pace(ctx, start, seq, cfg.Rate); err != nil {
+			return st, err
+		}
+		user := uint64(plan.Users[seq])
+		value = AppendValue(value[:0], uint64(seq), cfg.ValueSize)
+		cl.Produce(ctx, &kgo.Record{
+			Topic:     string(set.Signals),
+			Key:       topics.AppendUserID(nil, user),
+			Value:     append([]byte(nil), value...),
+			Timestamp: time.Now(),
+		}, promise)
+		st.Signals++
+	}
+	if err := commands(cfg.Signals); err != nil {
+		return st, err
+	}
+	st.Phase = PhaseFlush
+	report()
+	if err := cl.Flush(ctx); err != nil {
+		return st, fmt.Errorf("workload: flushing signals: %w", err)
+	}
+	if err := asyncErr(); err != nil {
+		return st, err
+	}
+	st.Phase = PhaseDone
+	report()
+	return st, nil
+}
+
+// firstError keeps the first error reported by any goroutine.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// produceCommand produces c and waits for its acknowledgement.
+func produceCommand(ctx context.Context, cl *kgo.Client, set topics.Set, c Command) error {
+	now := time.Now()
+	value := topics.AppendCommand(nil, topics.Command{
+		Op: c.Op, UserID: c.User, AtNs: uint64(now.UnixNano()), HasAt: true,
+		RequestID: strconv.Itoa(c.Index),
+	})
+	r := &kgo.Record{Topic: string(set.Commands), Key: topics.AppendUserID(nil, c.User), Value: value, Timestamp: now}
+	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return fmt.Errorf("workload: producing command %d (%s of user %d): %w", c.Index, c.Op, c.User, err)
+	}
+	return nil
+}
+
+// pace sleeps until signal seq is due at rate signals/s from start. A
+// rate of 0 never sleeps.
+func pace(ctx context.Context, start time.Time, seq int, rate float64) error {
+	if rate <= 0 {
+		return nil
+	}
+	due := start.Add(time.Duration(float64(seq) / rate * float64(time.Second)))
+	wait := time.Until(due)
+	if wait < 2*time.Millisecond {
+		return nil // sleeping for less costs more than it paces
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// CreateTopics creates the topics of set that are missing, as the
+// processor would (set.Specs: the commands topic co-partitioned with the
+// signals topic and kept forever), with partitions partitions and the
+// given replication factor (-1: the broker's default). It then waits until
+// every topic is visible and checks that the commands and signals topics
+// have the same partition count.
+func CreateTopics(ctx context.Context, adm *kadm.Client, set topics.Set, partitions int32, replication int16) error {
+	if err := set.Validate(); err != nil {
+		return err
+	}
+	for _, s := range set.Specs() {
+		configs := make(map[string]*string, len(s.Configs))
+		for k, v := range s.Configs {
+			configs[k] = kadm.StringPtr(v)
+		}
+		resp, err := adm.CreateTopic(ctx, partitions, replication, configs, string(s.Topic))
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("workload: unable to create topic %s: %w", s.Topic, err)
+		}
+	}
+	names := []string{string(set.Commands), string(set.Signals), string(set.Cohort), string(set.DLQ), string(set.Changelog)}
+	return poll(ctx, 60*time.Second, func() error {
+		td, err := adm.ListTopics(ctx, names...)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if d, ok := td[n]; !ok || d.Err != nil || len(d.Partitions) == 0 {
+				return fmt.Errorf("topic %s not visible yet", n)
+			}
+		}
+		if c, s := len(td[string(set.Commands)].Partitions), len(td[string(set.Signals)].Partitions); c != s {
+			return &permanentError{fmt.Errorf("workload: commands topic %s has %d partitions, signals topic %s has %d: they must be equal",
+				set.Commands, c, set.Signals, s)}
+		}
+		return nil
+	})
+}
+
+// permanentError stops poll at once.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// poll retries cond until it returns nil, a *permanentError, or d passes
+// (or ctx ends); it returns cond's last error then.
+func poll(ctx context.Context, d time.Duration, cond func() error) error {
+	deadline := time.Now().Add(d)
+	wait := 10 * time.Millisecond
+	for {
+		err := cond()
+		var perm *permanentError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &perm):
+			return perm.err
+		case time.Now().After(deadline):
+			return fmt.Errorf("not within %v: %w", d, err)
+		}
+		t := time.NewTimer(wait) // polling interval of a condition with a deadline
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(wait*2, 500*time.Millisecond)
+	}
+}
