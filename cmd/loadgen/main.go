@@ -1,0 +1,151 @@
+// Command loadgen writes a seeded, deterministic load of engagement signals
+// and membership commands to cohortgate's input topics: the workload the
+// chaos harness verifies, for benchmarks and for trying the processor out.
+//
+// Usage:
+//
+//	loadgen --brokers 127.0.0.1:9092 --users 100000 --signals 1000000 \
+//	        --leave-pct 5 --rejoin-pct 1 --rate 0 --seed 1
+//
+// It creates the topics if they are missing (as the processor would: the
+// commands topic co-partitioned with the signals topic and kept forever),
+// prints its progress once a second, and ends with a line giving the
+// records written and the records per second. See internal/workload for
+// what the load contains and how it is produced.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "loadgen: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	brokers     string
+	cfg         workload.Config
+	topics      topics.Set
+	partitions  int
+	replication int
+	create      bool
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers (host:port)")
+	fs.IntVar(&o.cfg.Users, "users", 100_000, "number of users (ids 1..users)")
+	fs.IntVar(&o.cfg.Signals, "signals", 1_000_000, "number of signals")
+	fs.IntVar(&o.cfg.ValueSize, "value-size", 100, "bytes per signal value (never less than its id, \"sig-<seq>-\")")
+	fs.Float64Var(&o.cfg.LeavePct, "leave-pct", 5, "percentage of users who leave")
+	fs.Float64Var(&o.cfg.RejoinPct, "rejoin-pct", 1, "percentage of users who rejoin after leaving (at most --leave-pct)")
+	fs.Float64Var(&o.cfg.Rate, "rate", 0, "signals per second; 0 is as fast as the broker takes them")
+	fs.Uint64Var(&o.cfg.Seed, "seed", 1, "seed of the plan: the same flags give the same load")
+	d := topics.Defaults()
+	var commands, signals, cohort, dlq, changelog string
+	fs.StringVar(&commands, "commands-topic", string(d.Commands), "topic of leave/rejoin commands")
+	fs.StringVar(&signals, "signals-topic", string(d.Signals), "topic of engagement signals")
+	fs.StringVar(&cohort, "cohort-topic", string(d.Cohort), "cohort topic (created if missing, not written)")
+	fs.StringVar(&dlq, "dlq-topic", string(d.DLQ), "dead-letter topic (created if missing, not written)")
+	fs.StringVar(&changelog, "changelog-topic", string(d.Changelog), "changelog topic (created if missing, not written)")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of topics loadgen creates")
+	fs.IntVar(&o.replication, "replication-factor", -1, "replication factor of topics loadgen creates; -1: the broker's default")
+	fs.BoolVar(&o.create, "create-topics", true, "create missing topics first")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; flags are written --name=value", fs.Arg(0))
+	}
+	o.topics = topics.Set{
+		Commands: topics.Topic(commands), Signals: topics.Topic(signals), Cohort: topics.Topic(cohort),
+		DLQ: topics.Topic(dlq), Changelog: topics.Topic(changelog),
+	}
+	var errs []error
+	if err := o.cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.topics.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("topic flags: %w", err))
+	}
+	if len(splitList(o.brokers)) == 0 {
+		errs = append(errs, errors.New("--brokers: give at least one host:port"))
+	}
+	if o.partitions < 1 || o.partitions > 1<<20 {
+		errs = append(errs, fmt.Errorf("--partitions: %d must be between 1 and 1048576", o.partitions))
+	}
+	if o.replication == 0 || o.replication < -1 || o.replication > 1<<15-1 {
+		errs = append(errs, fmt.Errorf("--replication-factor: %d must be -1 (broker default) or at least 1", o.replication))
+	}
+	return o, errors.Join(errs...)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	plan, err := workload.NewPlan(o.cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(splitList(o.brokers)...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if o.create {
+		cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		err := workload.CreateTopics(cctx, kadm.NewClient(cl), o.topics, int32(o.partitions), int16(o.replication))
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "loadgen: seed %d: %d signals over %d users, %d leavers, %d commands, to %s and %s\n",
+		o.cfg.Seed, o.cfg.Signals, o.cfg.Users, plan.Leavers(), len(plan.Commands), o.topics.Signals, o.topics.Commands)
+	final, err := workload.Produce(ctx, cl, o.topics, plan, func(p workload.Progress) {
+		fmt.Fprintf(stdout, "loadgen: %v\n", p)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "loadgen: done: %d records (%d signals, %d commands) in %v: %.0f records/s\n",
+		final.Records(), final.Signals, final.Commands, final.Elapsed.Round(time.Millisecond), final.Rate())
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
