@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the harness's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestKillScenarioEndToEnd builds the processor with the race detector
+// and runs a tiny kill scenario against the in-process kfake broker: two
+// processors, two kill -9 rounds, then the verifier, which must find
+// every expected signal once and nothing else.
+func TestKillScenarioEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the processor and runs it for about half a minute")
+	}
+	bin := filepath.Join(t.TempDir(), "processor")
+	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancelBuild()
+	if out, err := exec.CommandContext(buildCtx, "go", "build", "-race", "-o", bin, "../processor").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	// The scenario itself is bounded by --timeout; the context is a
+	// backstop.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out, log lockedBuffer
+	start := time.Now()
+	err := run(ctx, []string{
+		"--processor", bin,
+		"--scenarios", "kill",
+		"--signals", "3000", "--users", "300",
+		"--leave-pct", "10", "--rejoin-pct", "3",
+		"--rounds", "2",
+		// Every kill of a settled group: kfake, unlike Kafka, may hold a
+		// rebalance for the whole rebalance timeout (60s) when a member
+		// dies during it.
+		"--unsettled-kills", "0",
+		"--partitions", "4",
+		"--timeout", "55s",
+		"--verify-grace", "5s",
+		"--work-dir", t.TempDir(),
+	}, &out, &log)
+	took := time.Since(start)
+	t.Logf("took %v\n%s", took, out.String())
+	if err != nil {
+		t.Fatalf("chaos: %v\nlog:\n%s", err, log.String())
+	}
+	table := out.String()
+	if !strings.Contains(table, "chaos: PASS: 1 scenarios") {
+		t.Fatalf("no PASS line:\n%s\nlog:\n%s", table, log.String())
+	}
+	var row []string
+	for _, line := range strings.Split(table, "\n") {
+		if f := strings.Fields(line); len(f) == 10 && f[0] == "kill" {
+			row = f
+		}
+	}
+	// scenario signals_in forwarded expected duplicates lost leaked hanging dlq seconds
+	if row == nil || row[1] != "3000" || row[2] != row[3] || row[3] == "0" || row[4] != "0" || row[5] != "0" || row[6] != "0" || row[7] != "0" {
+		t.Fatalf("kill row %q", row)
+	}
+	if took > 60*time.Second {
+		t.Errorf("the tiny scenario took %v, more than a minute", took)
+	}
+}

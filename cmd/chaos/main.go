@@ -1,0 +1,213 @@
+// Command chaos is cohortgate's chaos harness: it runs the processor binary
+// as child processes against a Kafka broker, abuses them (kill -9, scale
+// out and in, SIGSTOP past the session timeout, a wiped store) while a
+// seeded load is produced, and then judges the cohort topic against an
+// oracle computed from the input topics (internal/workload). Control runs
+// with safety switched off show that the judge can fail.
+//
+// Usage:
+//
+//	chaos --processor bin/processor --brokers 127.0.0.1:9092 \
+//	      --signals 60000 --users 6000 --rounds 10 --scenarios kill,scale
+//
+// With no --brokers it serves an in-process kfake broker on a free port.
+// Each scenario gets fresh topics (named chaos-<run>-<scenario>.*), its own
+// group, data dirs and logs, and prints one row:
+//
+//	scenario signals_in forwarded expected duplicates lost leaked hanging dlq seconds
+//
+// The run ends with a summary and exits 1 if any scenario shows damage
+// (duplicates, lost, leaked, hanging, or records that are no signal of the
+// input), any scenario failed to run, or any control run (except
+// control-no-sync, see its note) shows none.
+//
+// Every wait has a deadline and every scenario a hard bound (--timeout).
+// Children are killed when the harness exits, on SIGINT and SIGTERM too.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errFailed):
+		os.Exit(1)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+		os.Exit(2)
+	}
+}
+
+// options are the harness's flags.
+type options struct {
+	processor      string
+	brokers        []string
+	scenarios      []string
+	signals        int
+	users          int
+	valueSize      int
+	leavePct       float64
+	rejoinPct      float64
+	rounds         int
+	unsettledKills float64
+	seed           uint64
+	rate           float64
+	timeout        time.Duration
+	keep           bool
+	workDir        string
+	partitions     int
+	sessionTimeout time.Duration
+	grace          time.Duration
+	verifyGrace    time.Duration
+	settleTimeout  time.Duration
+	logLevel       string
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var brokers, scenarios string
+	fs.StringVar(&o.processor, "processor", "bin/processor", "the processor binary to run (`make build` makes it)")
+	fs.StringVar(&brokers, "brokers", "", "comma-separated seed brokers; empty: an in-process kfake broker on a free port")
+	fs.StringVar(&scenarios, "scenarios", strings.Join(scenarioNames(), ","), "comma-separated scenarios to run, in order")
+	fs.IntVar(&o.signals, "signals", 60_000, "signals per scenario")
+	fs.IntVar(&o.users, "users", 6_000, "users per scenario")
+	fs.IntVar(&o.valueSize, "value-size", 100, "bytes per signal value")
+	fs.Float64Var(&o.leavePct, "leave-pct", 5, "percentage of users who leave")
+	fs.Float64Var(&o.rejoinPct, "rejoin-pct", 1, "percentage of users who rejoin after leaving")
+	fs.IntVar(&o.rounds, "rounds", 10, "kill -9 rounds of the kill scenario (the kill controls run a third as many, at least 2)")
+	fs.Float64Var(&o.unsettledKills, "unsettled-kills", 1.0/3, "fraction of kill rounds after which the next kill may come before the group has settled (a kill during a rebalance)")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the loads and of the chaos (which instance, when)")
+	fs.Float64Var(&o.rate, "rate", 0, "signals per second; 0: spread the load over the scenario's chaos")
+	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "hard bound on each scenario")
+	fs.BoolVar(&o.keep, "keep", false, "keep data dirs, logs, topics and groups for debugging")
+	fs.StringVar(&o.workDir, "work-dir", "", "where data dirs and logs go; empty: a new temporary directory")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
+	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "the processors' --session-timeout (Kafka's minimum is 6s)")
+	fs.DurationVar(&o.grace, "grace", 200*time.Millisecond, "the processors' --grace")
+	fs.DurationVar(&o.verifyGrace, "verify-grace", 30*time.Second, "how long open transactions may take to end before they count as hanging")
+	fs.DurationVar(&o.settleTimeout, "settle-timeout", 60*time.Second, "how long the group may take to settle after a chaos step before the processors count as stuck (dumped and restarted, a finding)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "the processors' --log-level")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; flags are written --name=value", fs.Arg(0))
+	}
+	o.brokers = splitList(brokers)
+	o.scenarios = splitList(scenarios)
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for _, s := range o.scenarios {
+		if _, ok := findScenario(s); !ok {
+			bad("--scenarios: unknown scenario %q; want some of %s", s, strings.Join(scenarioNames(), ","))
+		}
+	}
+	if len(o.scenarios) == 0 {
+		bad("--scenarios: none given")
+	}
+	if o.signals < 1 || o.users < 1 {
+		bad("--signals and --users: must be at least 1")
+	}
+	if o.rounds < 1 {
+		bad("--rounds: %d must be at least 1", o.rounds)
+	}
+	if o.partitions < 1 || o.partitions > 1000 {
+		bad("--partitions: %d must be 1..1000", o.partitions)
+	}
+	if o.timeout < 10*time.Second {
+		bad("--timeout: %v must be at least 10s", o.timeout)
+	}
+	if o.sessionTimeout < time.Second {
+		bad("--session-timeout: %v must be at least 1s", o.sessionTimeout)
+	}
+	if !(o.unsettledKills >= 0 && o.unsettledKills <= 1) {
+		bad("--unsettled-kills: %v must be between 0 and 1", o.unsettledKills)
+	}
+	if o.rate < 0 {
+		bad("--rate: %v must be >= 0", o.rate)
+	}
+	if _, err := os.Stat(o.processor); err != nil {
+		bad("--processor: %v (build it with `make build`)", err)
+	} else if abs, err := filepath.Abs(o.processor); err == nil {
+		o.processor = abs
+	}
+	return o, errors.Join(errs...)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// errFailed is run's error when the harness ran and found damage.
+var errFailed = errors.New("chaos: failed")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	h, err := newHarness(ctx, o, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	var results []result
+	h.header()
+	for _, name := range o.scenarios {
+		sc, _ := findScenario(name)
+		res := h.run(ctx, sc)
+		results = append(results, res)
+		h.row(res)
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "chaos: interrupted: %v\n", context.Cause(ctx))
+			break
+		}
+	}
+	if !h.summary(results) {
+		return errFailed
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
+}
+
+func scenarioNames() []string {
+	var out []string
+	for _, s := range scenarios {
+		out = append(out, s.name)
+	}
+	return out
+}
+
+func findScenario(name string) (scenario, bool) {
+	i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
+	if i < 0 {
+		return scenario{}, false
+	}
+	return scenarios[i], true
+}

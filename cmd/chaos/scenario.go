@@ -1,0 +1,711 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// scenario is one way of abusing the processors while the load is
+// produced.
+type scenario struct {
+	name string
+	// control, when set, makes this a control run: it must show damage,
+	// of the kind the text says.
+	control string
+	// informational: a control that may show no damage (the text says
+	// why); it never fails the run.
+	informational bool
+	instances     int      // started before the load
+	flags         []string // added to every processor's flags
+	// span is how long the chaos takes, over which the load is spread
+	// when --rate is 0.
+	span func(o *options) time.Duration
+	act  func(r *scenarioRun, ctx context.Context) error
+}
+
+var scenarios = []scenario{
+	{
+		name: "kill", instances: 2,
+		span: func(o *options) time.Duration { return time.Duration(o.rounds) * killRoundSpan(o) },
+		act:  func(r *scenarioRun, ctx context.Context) error { return r.killRounds(ctx, r.h.o.rounds) },
+	},
+	{
+		name: "scale", instances: 1,
+		span: fixedSpan(30 * time.Second),
+		act:  (*scenarioRun).scale,
+	},
+	{
+		name: "zombie", instances: 2,
+		span: func(o *options) time.Duration { return 2*(o.sessionTimeout+8*time.Second) + 10*time.Second },
+		act:  (*scenarioRun).zombie,
+	},
+	{
+		name: "wipe", instances: 2,
+		span: fixedSpan(30 * time.Second),
+		act:  (*scenarioRun).wipe,
+	},
+	{
+		name: "control-no-txn", instances: 2,
+		control: "duplicates: at least once, kill -9 between output and offset commit",
+		flags:   []string{"--exactly-once=false"},
+		span:    func(o *options) time.Duration { return time.Duration(controlRounds(o)) * killRoundSpan(o) },
+		act:     func(r *scenarioRun, ctx context.Context) error { return r.killRounds(ctx, controlRounds(r.h.o)) },
+	},
+	{
+		name: "control-no-sync", instances: 2, informational: true,
+		control: "unsynced Pebble writes cannot hurt here: each command batch is written in one Pebble batch with its " +
+			"commands checkpoint and outbox, so a crash that loses the unsynced tail of the WAL loses whole batches, and " +
+			"state and checkpoint roll back together; the restarted owner re-reads the commands topic (kept forever) from " +
+			"that checkpoint into the same state before it forwards a signal of the partition, and a signal the gate " +
+			"dropped meanwhile was rightly dropped. kill -9 moreover keeps the OS page cache: only a power cut loses what " +
+			"reached the OS. Fsync matters once the commands before a checkpoint are gone from the topic, and then a lost " +
+			"checkpoint halts the processor with a commands gap error rather than leaking",
+		flags: []string{"--unsafe-no-sync"},
+		span:  func(o *options) time.Duration { return time.Duration(controlRounds(o)) * killRoundSpan(o) },
+		act:   func(r *scenarioRun, ctx context.Context) error { return r.killRounds(ctx, controlRounds(r.h.o)) },
+	},
+	{
+		name: "control-skip-commands", instances: 2,
+		control: "leaked: a wiped instance restarted with --unsafe-skip-commands forgets the leaves before it",
+		span:    fixedSpan(24 * time.Second),
+		act:     (*scenarioRun).skipCommands,
+	},
+}
+
+func fixedSpan(d time.Duration) func(*options) time.Duration {
+	return func(*options) time.Duration { return d }
+}
+
+// killRoundSpan is about how long a kill round takes: a random pause, the
+// session timeout before the group notices, and the rebalance.
+func killRoundSpan(o *options) time.Duration { return o.sessionTimeout + 3*time.Second }
+
+// controlRounds is how many kills a kill control runs: a few suffice to
+// show damage (and keep the short run short).
+func controlRounds(o *options) int { return max(2, o.rounds/3) }
+
+// scenarioRun is one scenario being run.
+type scenarioRun struct {
+	h     *harness
+	sc    scenario
+	set   topics.Set
+	group string
+	dir   string
+	rng   *rand.Rand
+	insts []*instance
+
+	produced atomic.Int64  // signals handed to Kafka so far
+	produceC chan error    // the producer's result
+	produceD chan struct{} // closed when the producer is done
+
+	mu struct {
+		sync.Mutex
+		findings []string
+	}
+}
+
+func (r *scenarioRun) finding(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.h.logf("[%s] FINDING: %s", r.sc.name, msg)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.findings = append(r.mu.findings, msg)
+}
+
+func (r *scenarioRun) findings() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.mu.findings...)
+}
+
+func (r *scenarioRun) logf(format string, args ...any) {
+	r.h.logf("[%s] %s", r.sc.name, fmt.Sprintf(format, args...))
+}
+
+// run runs one scenario to its row, within --timeout.
+func (h *harness) run(parent context.Context, sc scenario) result {
+	start := time.Now()
+	ctx, cancel := context.WithTimeoutCause(parent, h.o.timeout,
+		fmt.Errorf("scenario %s: not done within --timeout %v", sc.name, h.o.timeout))
+	defer cancel()
+	prefix := "chaos-" + h.runID + "-" + sc.name
+	r := &scenarioRun{
+		h: h, sc: sc, group: prefix,
+		dir: filepath.Join(h.root, sc.name),
+		set: topics.Set{
+			Commands: topics.Topic(prefix + ".commands"), Signals: topics.Topic(prefix + ".signals"),
+			Cohort: topics.Topic(prefix + ".cohort"), DLQ: topics.Topic(prefix + ".dlq"),
+			Changelog: topics.Topic(prefix + ".changelog"),
+		},
+		rng: rand.New(rand.NewPCG(h.o.seed, nameHash(sc.name))),
+	}
+	res := result{sc: sc}
+	res.rep, res.err = r.execute(ctx)
+	if res.err != nil && context.Cause(ctx) != nil {
+		res.err = fmt.Errorf("%w (%v)", res.err, context.Cause(ctx))
+	}
+	res.seconds = time.Since(start).Seconds()
+	if res.err != nil {
+		for _, in := range r.insts {
+			if in.running() {
+				r.logf("%s: dumping its goroutines into %s", in.name, in.logPath)
+				in.dumpGoroutines()
+			}
+		}
+	}
+	res.findings = r.findings()
+	for _, in := range r.insts {
+		in.shutdown()
+		h.forget(in)
+	}
+	res.warnings = make(map[string]int)
+	for _, in := range r.insts {
+		in.warnings(res.warnings)
+	}
+	if pass, _ := res.verdict(); !pass {
+		var b strings.Builder
+		for _, in := range r.insts {
+			fmt.Fprintf(&b, "== %s (%s), last 40 lines:\n%s\n", in.name, in.logPath, in.tail(40))
+		}
+		res.logs = b.String()
+	}
+	if !h.o.keep {
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(parent), 30*time.Second)
+		_, _ = h.adm.DeleteTopics(cctx, r.topicNames()...)
+		_, _ = h.adm.DeleteGroup(cctx, r.group)
+		ccancel()
+		_ = os.RemoveAll(r.dir)
+	}
+	return res
+}
+
+// nameHash gives each scenario its own chaos sequence for one seed.
+func nameHash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+func (r *scenarioRun) topicNames() []string {
+	s := r.set
+	return []string{string(s.Commands), string(s.Signals), string(s.Cohort), string(s.DLQ), string(s.Changelog)}
+}
+
+// execute sets the scenario up, produces the load while the chaos acts,
+// waits until every signal is decided, stops the processors and verifies.
+func (r *scenarioRun) execute(ctx context.Context) (workload.Report, error) {
+	o := r.h.o
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return workload.Report{}, err
+	}
+	if err := workload.CreateTopics(ctx, r.h.adm, r.set, int32(o.partitions), 1); err != nil {
+		return workload.Report{}, err
+	}
+	rate := o.rate
+	if rate == 0 {
+		span := max(r.sc.span(o), time.Duration(float64(o.signals)/10000*float64(time.Second)))
+		rate = float64(o.signals) / span.Seconds()
+	}
+	plan, err := workload.NewPlan(workload.Config{
+		Seed: o.seed, Users: o.users, Signals: o.signals, ValueSize: o.valueSize,
+		LeavePct: o.leavePct, RejoinPct: o.rejoinPct, Rate: rate,
+	})
+	if err != nil {
+		return workload.Report{}, err
+	}
+	r.logf("topics %s.*, group %s; %d signals over %d users, %d commands, at %.0f signals/s; logs in %s",
+		strings.TrimSuffix(string(r.set.Signals), ".signals"), r.group, o.signals, o.users, len(plan.Commands), rate, r.dir)
+
+	for i := range max(r.sc.instances, 3) {
+		r.insts = append(r.insts, r.newInstance(string(rune('a'+i))))
+	}
+	for _, in := range r.insts[:r.sc.instances] {
+		if err := in.start(); err != nil {
+			return workload.Report{}, err
+		}
+	}
+	if err := r.settle(ctx, 120*time.Second); err != nil {
+		return workload.Report{}, fmt.Errorf("processors did not get ready: %w", err)
+	}
+
+	r.produce(ctx, plan)
+	actErr := r.sc.act(r, ctx)
+	if actErr != nil {
+		return workload.Report{}, fmt.Errorf("chaos: %w", actErr)
+	}
+	select {
+	case err := <-r.produceC:
+		if err != nil {
+			return workload.Report{}, fmt.Errorf("producing the load: %w", err)
+		}
+	case <-ctx.Done():
+		return workload.Report{}, fmt.Errorf("producing the load: %w", ctx.Err())
+	}
+
+	r.logf("load produced; waiting until every signal is decided")
+	decideStart := time.Now()
+	if err := r.waitDecided(ctx); err != nil {
+		return workload.Report{}, err
+	}
+	r.logf("every signal decided %v after the load ended; stopping the processors", time.Since(decideStart).Round(time.Millisecond))
+	for _, in := range r.insts {
+		if in.running() {
+			if err := in.term(60 * time.Second); err != nil {
+				r.finding("%v", err)
+			}
+		}
+	}
+
+	r.logf("verifying")
+	rep, err := workload.Verify(ctx, r.h.brokers, r.set, &workload.VerifyOptions{Grace: o.verifyGrace})
+	if err != nil {
+		return rep, err
+	}
+	if rep.SignalsIn != o.signals {
+		return rep, fmt.Errorf("the signals topic holds %d signal ids, the load had %d", rep.SignalsIn, o.signals)
+	}
+	r.notice(rep)
+	return rep, nil
+}
+
+// notice logs what the processors logged about the damage, if any.
+func (r *scenarioRun) notice(rep workload.Report) {
+	r.logf("verified in %v: %d commands applied (%d refused), %d users with %d episodes, %d misrouted, %d input duplicates",
+		rep.Took.Round(time.Millisecond), rep.Commands, rep.Refused, rep.Users, rep.Episodes, rep.Misrouted, rep.InputDuplicates)
+	for _, in := range r.insts {
+		for _, line := range in.grepLog(5, "level=ERROR", "late leave", "panic", "DATA RACE") {
+			r.logf("%s log: %s", in.name, line)
+		}
+	}
+}
+
+func (r *scenarioRun) newInstance(name string) *instance {
+	o := r.h.o
+	in := &instance{
+		name:    name,
+		bin:     o.processor,
+		dir:     filepath.Join(r.dir, name),
+		logPath: filepath.Join(r.dir, name+".log"),
+		args: append([]string{
+			"--brokers", strings.Join(r.h.brokers, ","),
+			"--group", r.group,
+			"--commands-topic", string(r.set.Commands), "--signals-topic", string(r.set.Signals),
+			"--cohort-topic", string(r.set.Cohort), "--dlq-topic", string(r.set.DLQ),
+			"--changelog-topic", string(r.set.Changelog),
+			"--partitions", fmt.Sprint(o.partitions),
+			"--replication-factor", "1",
+			"--session-timeout", o.sessionTimeout.String(),
+			"--grace", o.grace.String(),
+			"--log-level", o.logLevel,
+		}, r.sc.flags...),
+		onExit: func(in *instance, unexpected bool, err error) {
+			if unexpected {
+				r.finding("%s exited on its own (%v); last lines:\n%s", in.name, err, indent(in.tail(15)))
+			}
+		},
+	}
+	r.h.adopt(in)
+	return in
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+// produce starts producing the plan in the background.
+func (r *scenarioRun) produce(ctx context.Context, plan *workload.Plan) {
+	r.produceC = make(chan error, 1)
+	r.produceD = make(chan struct{})
+	go func() {
+		defer close(r.produceD)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(r.h.brokers...))
+		if err != nil {
+			r.produceC <- err
+			return
+		}
+		defer cl.Close()
+		var last time.Time
+		final, err := workload.Produce(ctx, cl, r.set, plan, func(p workload.Progress) {
+			r.produced.Store(int64(p.Signals))
+			if time.Since(last) >= 10*time.Second {
+				last = time.Now()
+				r.logf("load: %v", p)
+			}
+		})
+		r.produced.Store(int64(final.Signals))
+		if err == nil {
+			r.logf("load: %v", final)
+		}
+		r.produceC <- err
+	}()
+}
+
+// producing reports whether the load is still being produced.
+func (r *scenarioRun) producing() bool { return !isClosed(r.produceD) }
+
+// waitProduced waits until at least frac of the signals were produced (or
+// the load ended).
+func (r *scenarioRun) waitProduced(ctx context.Context, frac float64) error {
+	want := int64(frac * float64(r.h.o.signals))
+	for r.produced.Load() < want && r.producing() {
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sleep waits for d; it is the chaos's own pacing, never a way to wait
+// for a condition.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// permanent is an error that stops eventually at once.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
+// eventually retries cond every so often until it returns nil or a
+// permanent error, d passes or ctx ends.
+func eventually(ctx context.Context, d time.Duration, cond func() error) error {
+	deadline := time.Now().Add(d)
+	wait := 20 * time.Millisecond
+	for {
+		err := cond()
+		var perm permanent
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &perm):
+			return perm.error
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v: %w", d, err)
+		}
+		if serr := sleep(ctx, wait); serr != nil {
+			return fmt.Errorf("%w (last: %v)", serr, err)
+		}
+		wait = min(wait*2, 250*time.Millisecond)
+	}
+}
+
+// settle waits until the answering instances own every partition exactly
+// once between them, each caught up with its commands, and every one of
+// them is ready.
+func (r *scenarioRun) settle(ctx context.Context, d time.Duration) error {
+	return eventually(ctx, d, func() error {
+		owner := make(map[int32]string)
+		answering := 0
+		for _, in := range r.insts {
+			if in.diedOnItsOwn() {
+				return permanent{fmt.Errorf("%s exited on its own (see findings)", in.name)}
+			}
+			if !in.answering() {
+				continue
+			}
+			answering++
+			if err := in.ready(ctx); err != nil {
+				return err
+			}
+			parts, err := in.partitions(ctx)
+			if err != nil {
+				return err
+			}
+			for p, forwarding := range parts {
+				if prev, ok := owner[p]; ok {
+					return fmt.Errorf("partition %d owned by %s and %s", p, prev, in.name)
+				}
+				if !forwarding {
+					return fmt.Errorf("%s: partition %d restoring", in.name, p)
+				}
+				owner[p] = in.name
+			}
+		}
+		if answering == 0 {
+			return errors.New("no processor running")
+		}
+		if len(owner) != r.h.o.partitions {
+			return fmt.Errorf("%d of %d partitions owned: %v", len(owner), r.h.o.partitions, owner)
+		}
+		return nil
+	})
+}
+
+// settleOrRecover waits for the group to settle. If it does not in time,
+// it records a finding, takes a goroutine dump of every running processor
+// (which ends it), starts them all again and waits once more: the
+// scenario goes on to its verdict, and the dump shows where they were
+// stuck.
+func (r *scenarioRun) settleOrRecover(ctx context.Context, when string) error {
+	settleTimeout := r.h.o.settleTimeout
+	err := r.settle(ctx, settleTimeout)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	var running []*instance
+	for _, in := range r.insts {
+		if in.running() {
+			running = append(running, in)
+		}
+	}
+	var stacks strings.Builder
+	for _, in := range running {
+		in.dumpGoroutines()
+		if s := in.stacks(); s != "" {
+			fmt.Fprintf(&stacks, "\n%s, where it waited:\n%s", in.name, indent(s))
+		}
+	}
+	r.finding("%s: the group did not settle within %v: %v; took goroutine dumps (in the logs) and restarted %d processors%s",
+		when, settleTimeout, err, len(running), stacks.String())
+	for _, in := range running {
+		if err := in.start(); err != nil {
+			return err
+		}
+	}
+	if err := r.settle(ctx, 2*settleTimeout); err != nil {
+		return fmt.Errorf("%s: the group did not settle, even after restarting every processor: %w", when, err)
+	}
+	return nil
+}
+
+// waitDecided waits until the group's committed offsets reach the end of
+// every signals partition: every signal has been decided, and what it
+// became is committed. It restarts, with a finding, any processor that
+// died on its own meanwhile.
+func (r *scenarioRun) waitDecided(ctx context.Context) error {
+	deadline, ok := ctx.Deadline()
+	d := 10 * time.Minute
+	if ok {
+		d = time.Until(deadline)
+	}
+	lastLog := time.Now()
+	return eventually(ctx, d, func() error {
+		for _, in := range r.insts {
+			if in.diedOnItsOwn() {
+				r.logf("%s had exited on its own; restarting it", in.name)
+				if err := in.start(); err != nil {
+					return err
+				}
+			}
+		}
+		ends, err := r.h.adm.ListEndOffsets(ctx, string(r.set.Signals))
+		if err != nil {
+			return err
+		}
+		committed, err := r.h.adm.FetchOffsets(ctx, r.group)
+		if err != nil {
+			return err
+		}
+		var lag int64
+		var lagging []string
+		ends.Each(func(o kadm.ListedOffset) {
+			c, ok := committed.Lookup(o.Topic, o.Partition)
+			if o.Offset > 0 && (!ok || c.At < o.Offset) {
+				lag += o.Offset - max(c.At, 0)
+				lagging = append(lagging, fmt.Sprintf("%d: %d of %d", o.Partition, c.At, o.Offset))
+			}
+		})
+		if lag == 0 {
+			return nil
+		}
+		if time.Since(lastLog) >= 15*time.Second {
+			lastLog = time.Now()
+			r.logf("waiting for %d signals to be decided (partition: committed of end: %s)", lag, strings.Join(lagging, ", "))
+		}
+		return fmt.Errorf("%d signals undecided (%s)", lag, strings.Join(lagging, ", "))
+	})
+}
+
+// pick returns one of the running instances at random.
+func (r *scenarioRun) pick() *instance {
+	var live []*instance
+	for _, in := range r.insts {
+		if in.running() {
+			live = append(live, in)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return live[r.rng.IntN(len(live))]
+}
+
+// killRounds kills a random instance with SIGKILL at a random moment,
+// restarts it over the same data dir, and does that n times. After most
+// restarts it waits for the group to settle; after a fraction of them
+// (--unsettled-kills) only for the restarted processor to answer, so that
+// the next kill may land while partitions are still being handed over.
+func (r *scenarioRun) killRounds(ctx context.Context, n int) error {
+	during := 0
+	for i := range n {
+		pause := time.Duration(200+r.rng.IntN(2300)) * time.Millisecond
+		if err := sleep(ctx, pause); err != nil {
+			return err
+		}
+		victim := r.pick()
+		if victim == nil {
+			return errors.New("no processor running to kill")
+		}
+		if r.producing() {
+			during++
+		}
+		r.logf("round %d/%d: kill -9 %s (%d signals produced)", i+1, n, victim.name, r.produced.Load())
+		if err := victim.kill(); err != nil {
+			return err
+		}
+		if err := victim.start(); err != nil {
+			return err
+		}
+		if r.rng.Float64() >= r.h.o.unsettledKills {
+			if err := r.settleOrRecover(ctx, fmt.Sprintf("round %d, after restarting %s", i+1, victim.name)); err != nil {
+				return err
+			}
+		} else if err := eventually(ctx, 60*time.Second, func() error { return victim.ready(ctx) }); err != nil {
+			return fmt.Errorf("round %d: %w", i+1, err)
+		}
+	}
+	r.logf("%d of %d kills landed while the load was being produced", during, n)
+	return nil
+}
+
+// scale runs 1 → 3 → 1 instances: two more join at a third of the load,
+// and leave (SIGTERM) at two thirds.
+func (r *scenarioRun) scale(ctx context.Context) error {
+	if err := r.waitProduced(ctx, 1.0/3); err != nil {
+		return err
+	}
+	r.logf("scale out to 3 (%d signals produced)", r.produced.Load())
+	for _, in := range r.insts[1:3] {
+		if err := in.start(); err != nil {
+			return err
+		}
+	}
+	if err := r.settleOrRecover(ctx, "after scaling out"); err != nil {
+		return err
+	}
+	if err := r.waitProduced(ctx, 2.0/3); err != nil {
+		return err
+	}
+	r.logf("scale in to 1 (%d signals produced)", r.produced.Load())
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, in := range r.insts[1:3] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = in.term(60 * time.Second)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			r.finding("%v", err)
+		}
+	}
+	if err := r.settleOrRecover(ctx, "after scaling in"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// zombie stops one instance with SIGSTOP until the other owns every
+// partition (its session expired), then continues it: its transaction
+// must be fenced. Twice, once for each instance.
+func (r *scenarioRun) zombie(ctx context.Context) error {
+	for i, at := range []float64{0.25, 0.6} {
+		if err := r.waitProduced(ctx, at); err != nil {
+			return err
+		}
+		victim, other := r.insts[1-i%2], r.insts[i%2]
+		r.logf("SIGSTOP %s (%d signals produced)", victim.name, r.produced.Load())
+		if _, err := victim.signal(syscall.SIGSTOP, false); err != nil {
+			return err
+		}
+		stopped := time.Now()
+		err := eventually(ctx, r.h.o.sessionTimeout+60*time.Second, func() error {
+			parts, err := other.partitions(ctx)
+			if err != nil {
+				return err
+			}
+			if len(parts) != r.h.o.partitions {
+				return fmt.Errorf("%s owns %d of %d partitions", other.name, len(parts), r.h.o.partitions)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s did not take over from the stopped %s: %w", other.name, victim.name, err)
+		}
+		r.logf("%s owns every partition %v after the SIGSTOP; SIGCONT %s", other.name, time.Since(stopped).Round(time.Millisecond), victim.name)
+		if _, err := victim.signal(syscall.SIGCONT, false); err != nil {
+			return err
+		}
+		if err := r.settleOrRecover(ctx, "after SIGCONT of the zombie "+victim.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wipe stops an instance, deletes its membership store and starts it
+// again, so that it rebuilds its state from the commands topic: b at a
+// third of the load, a at two thirds.
+func (r *scenarioRun) wipe(ctx context.Context) error {
+	for i, at := range []float64{1.0 / 3, 2.0 / 3} {
+		if err := r.waitProduced(ctx, at); err != nil {
+			return err
+		}
+		if err := r.restartWiped(ctx, r.insts[1-i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// skipCommands wipes b half-way through the load and restarts it with
+// --unsafe-skip-commands: it forgets every leave before it.
+func (r *scenarioRun) skipCommands(ctx context.Context) error {
+	if err := r.waitProduced(ctx, 0.5); err != nil {
+		return err
+	}
+	b := r.insts[1]
+	b.addFlags("--unsafe-skip-commands")
+	return r.restartWiped(ctx, b)
+}
+
+func (r *scenarioRun) restartWiped(ctx context.Context, in *instance) error {
+	r.logf("stop %s, wipe its membership store, start it again (%d signals produced)", in.name, r.produced.Load())
+	if err := in.term(60 * time.Second); err != nil {
+		r.finding("%v", err)
+	}
+	if err := in.wipe(); err != nil {
+		return err
+	}
+	if err := in.start(); err != nil {
+		return err
+	}
+	return r.settleOrRecover(ctx, "after restarting the wiped "+in.name)
+}
