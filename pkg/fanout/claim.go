@@ -2,6 +2,8 @@ package fanout
 
 import (
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -20,6 +22,12 @@ type claim struct {
 	partition  int32
 	assignedNs int64 // wall clock at assignment; signals wait for an observation after it
 	marks      *watermarks
+	// judgedBelow is the commands offset below which an earlier owner had
+	// applied every command when it committed the decisions that seeded
+	// maxEventNs (from the offset metadata): it judged those commands
+	// late or not itself, so replaying them here is not late. Set before
+	// the claim is shared.
+	judgedBelow int64
 
 	// applied is the next commands offset; every command below it is in
 	// the gate and in Pebble (or in the batch about to commit).
@@ -49,6 +57,39 @@ func newClaim(partition int32, assignedNs, applied int64, marksLimit int) *claim
 	c.deciding.Store(-1)
 	c.maxEventNs.Store(-1)
 	return c
+}
+
+// late reports whether a leave with boundary left, at commands offset
+// offset, is late: a signal of the partition with an event time at or
+// after left may already have been decided without it. seen is the
+// highest such event time.
+func (c *claim) late(offset int64, left uint64) (seen uint64, late bool) {
+	m := c.maxEventNs.Load()
+	if m < 0 || left > uint64(m) || offset < c.judgedBelow {
+		return 0, false
+	}
+	return uint64(m), true
+}
+
+// meta is a partition's committed offset metadata: the highest event time
+// decided and how far the commands were applied, "<event ns>:<offset>".
+func (c *claim) meta() string {
+	return strconv.FormatInt(c.maxEventNs.Load(), 10) + ":" + strconv.FormatInt(max(c.applied.Load(), c.judgedBelow), 10)
+}
+
+// parseMeta reads what claim.meta wrote; metadata of the older form
+// "<event ns>" has judged 0.
+func parseMeta(s string) (eventNs, judged int64, err error) {
+	ts, off, found := strings.Cut(s, ":")
+	if eventNs, err = strconv.ParseInt(ts, 10, 64); err != nil {
+		return 0, 0, err
+	}
+	if found {
+		if judged, err = strconv.ParseInt(off, 10, 64); err != nil {
+			return 0, 0, err
+		}
+	}
+	return eventNs, judged, nil
 }
 
 // claims is the set of partitions this instance owns. Group callbacks add

@@ -247,9 +247,9 @@ func (a *applier) settle(b *membership.Batch, cmds []appliedCmd) ([]pendingOutbo
 		}
 		if ac.change.Changed && ac.cmd.Op == topics.Leave {
 			left := ac.change.After.LeftAtNs
-			if seen := ac.c.maxEventNs.Load(); seen >= 0 && left <= uint64(seen) {
-				a.late(ac, left, uint64(seen))
-				if err := b.RecordLateLeave(ac.cmd.UserID, left, uint64(seen)); err != nil {
+			if seen, late := ac.c.late(ac.r.Offset, left); late {
+				a.late(ac, left, seen)
+				if err := b.RecordLateLeave(ac.cmd.UserID, left, seen); err != nil {
 					return nil, err
 				}
 			}

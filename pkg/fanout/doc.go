@@ -84,7 +84,9 @@
 // The committed offset of a partition is that of its first held signal,
 // not of the last fetched one, so held signals are fetched again after a
 // crash. Offset metadata carries the partition's highest decided event
-// time to its next owner, for late-leave detection.
+// time to its next owner, for late-leave detection, with the commands
+// offset it had applied: the next owner replaying commands below it does
+// not report them late again (the previous owner judged them).
 //
 // Without ExactlyOnce, offsets are committed after everything the cycle
 // produced is acknowledged: at least once.

@@ -3,7 +3,6 @@ package fanout
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -70,8 +69,9 @@ func (p *Processor) assigned(ctx context.Context, _ *kgo.Client, m map[string][]
 			next = end
 		}
 		c := newClaim(part, now, next, marksLimit)
-		if ts, ok := seen[part]; ok {
-			c.maxEventNs.Store(ts)
+		if m, ok := seen[part]; ok {
+			c.maxEventNs.Store(m.eventNs)
+			c.judgedBelow = m.judged
 		}
 		p.claims.put(c)
 		start[part] = kgo.NoResetOffset().At(next)
@@ -94,13 +94,18 @@ func (p *Processor) revoked(_ context.Context, _ *kgo.Client, m map[string][]int
 	p.log.Info("partitions released", "partitions", parts)
 }
 
+// committedMeta is what a partition's previous owner left in its offset
+// metadata; see claim.meta.
+type committedMeta struct{ eventNs, judged int64 }
+
 // committedEventTimes reads, from the group's committed offsets, the
-// highest event time each partition's previous owner decided. A leave with
-// an earlier boundary is late even if this instance never saw the signal.
-// Unreadable metadata only weakens late-leave detection, so errors are
-// logged, not fatal.
-func (p *Processor) committedEventTimes(ctx context.Context) map[int32]int64 {
-	out := make(map[int32]int64)
+// highest event time each partition's previous owner decided and how far
+// it had applied the commands. A leave with an earlier boundary is late
+// even if this instance never saw the signal, unless the previous owner
+// applied it (and judged it) already. Unreadable metadata only weakens
+// late-leave detection, so errors are logged, not fatal.
+func (p *Processor) committedEventTimes(ctx context.Context) map[int32]committedMeta {
+	out := make(map[int32]committedMeta)
 	resp, err := p.adm.FetchOffsetsForTopics(ctx, p.cfg.Group, string(p.cfg.Topics.Signals))
 	if err != nil {
 		p.log.Warn("unable to read committed offsets metadata", "err", err)
@@ -110,8 +115,8 @@ func (p *Processor) committedEventTimes(ctx context.Context) map[int32]int64 {
 		if o.Err != nil || o.Metadata == "" {
 			continue
 		}
-		if ts, err := strconv.ParseInt(o.Metadata, 10, 64); err == nil {
-			out[part] = ts
+		if ts, judged, err := parseMeta(o.Metadata); err == nil {
+			out[part] = committedMeta{ts, judged}
 		}
 	}
 	return out

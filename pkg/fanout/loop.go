@@ -311,7 +311,7 @@ func (l *loop) heldCount() int {
 func (l *loop) end(ctx context.Context) error {
 	pos := make(map[int32]position, len(l.lanes))
 	for p, ln := range l.lanes {
-		ps := position{meta: strconv.FormatInt(ln.c.maxEventNs.Load(), 10)}
+		ps := position{meta: ln.c.meta()}
 		if h, ok := ln.q.peek(); ok {
 			ps.held, ps.at = true, kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset}
 		}
