@@ -414,12 +414,15 @@ func eventually(ctx context.Context, d time.Duration, cond func() error) error {
 }
 
 // settle waits until the answering instances own every partition exactly
-// once between them, each caught up with its commands, and every one of
-// them is ready.
+// once between them, each caught up with its commands, every one of them
+// is ready, and each owns a partition (when there are enough): an
+// instance that owns none may still be joining, and a kill then would
+// land in the middle of a rebalance that the scenario meant to be over.
 func (r *scenarioRun) settle(ctx context.Context, d time.Duration) error {
 	return eventually(ctx, d, func() error {
 		owner := make(map[int32]string)
 		answering := 0
+		var idle []string
 		for _, in := range r.insts {
 			if in.diedOnItsOwn() {
 				return permanent{fmt.Errorf("%s exited on its own (see findings)", in.name)}
@@ -434,6 +437,9 @@ func (r *scenarioRun) settle(ctx context.Context, d time.Duration) error {
 			parts, err := in.partitions(ctx)
 			if err != nil {
 				return err
+			}
+			if len(parts) == 0 {
+				idle = append(idle, in.name)
 			}
 			for p, forwarding := range parts {
 				if prev, ok := owner[p]; ok {
@@ -450,6 +456,9 @@ func (r *scenarioRun) settle(ctx context.Context, d time.Duration) error {
 		}
 		if len(owner) != r.h.o.partitions {
 			return fmt.Errorf("%d of %d partitions owned: %v", len(owner), r.h.o.partitions, owner)
+		}
+		if len(idle) > 0 && answering <= r.h.o.partitions {
+			return fmt.Errorf("%s own no partition yet", strings.Join(idle, ", "))
 		}
 		return nil
 	})
