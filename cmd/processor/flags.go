@@ -44,7 +44,7 @@ func (f *flags) usage(synopsis string) {
 			def = `""`
 		}
 		fmt.Fprintf(tw, "  --%s\t%s\tdefault %s\n", fl.Name, envName(fl.Name), def)
-		fmt.Fprintf(tw, "    \t%s\t\n", fl.Usage)
+		fmt.Fprintf(tw, "    \t%s\n", fl.Usage) // not a cell: long text does not widen the columns
 	})
 	tw.Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,8 +27,21 @@ type view interface {
 //	GET /readyz                  200 once state is restored and every owned partition caught up, else 503 and why
 //	GET /v1/members/{user_id}    the user's record, as the changelog carries it
 //	GET /v1/partitions           owned partitions and whether each caught up
-func newHandler(reg prometheus.Gatherer, v view) http.Handler {
+//	/debug/pprof/...             Go's profiler, only when withPprof is set
+//
+// Nothing here authenticates its caller: the server binds to loopback by
+// default, and pprof is off unless asked for.
+func newHandler(reg prometheus.Gatherer, v view, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
+	if withPprof {
+		// The handlers net/http/pprof registers on the default mux, on ours.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
+	"github.com/cohortgate/cohortgate/internal/kafkasec"
 	"github.com/cohortgate/cohortgate/pkg/fanout"
 	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
@@ -48,6 +49,8 @@ type runOptions struct {
 	unsafeSkipCmds bool
 	logLevel       string
 	logFormat      string
+	pprof          bool
+	security       kafkasec.Config
 }
 
 // topicFlags are the topic-name flags shared by every subcommand.
@@ -99,6 +102,8 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	f.BoolVar(&o.unsafeSkipCmds, "unsafe-skip-commands", false, "UNSAFE, for chaos control runs only: start owned commands partitions at their end, as if commands were lost")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	f.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-addr (keep --http-addr private)")
+	o.security.RegisterFlags(f.FlagSet)
 	if err := f.parse(args); err != nil {
 		return nil, err
 	}
@@ -155,6 +160,12 @@ func (o *runOptions) validate() error {
 	if o.logFormat != "text" && o.logFormat != "json" {
 		bad("--log-format: %q must be text or json", o.logFormat)
 	}
+	if err := o.security.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.brokers == "" && (o.security.TLS || o.security.Mechanism != kafkasec.NoSASL) {
+		bad("--brokers: the --kafka-tls* and --kafka-sasl* flags need --brokers; the embedded broker speaks plaintext only")
+	}
 	return errors.Join(errs...)
 }
 
@@ -192,11 +203,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(o, stderr)
+	for _, w := range o.security.Warnings() {
+		log.Warn(w)
+	}
+	if !isLoopback(o.httpAddr) {
+		log.Warn("--http-addr is not a loopback address: /metrics, /v1/members and /v1/partitions are served without authentication to whoever reaches it",
+			"http_addr", o.httpAddr, "pprof", o.pprof)
+	}
 	if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir %s: %w", o.dataDir, err)
 	}
 
 	brokers := splitList(o.brokers)
+	kafkaOpts, err := o.security.Opts()
+	if err != nil {
+		return err
+	}
+	if len(brokers) > 0 {
+		// A wrong TLS or SASL setting would otherwise surface as EOFs
+		// and retries deep inside the pipeline.
+		if err := o.security.Check(ctx, brokers); err != nil {
+			return err
+		}
+		log.Info("connected to Kafka", "brokers", strings.Join(brokers, ","), "security", o.security.String())
+	}
 	if len(brokers) == 0 {
 		dir := filepath.Join(o.dataDir, "embedded-kafka")
 		cluster, err := startEmbedded(o.embeddedAddr, dir)
@@ -248,7 +278,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		HoldMaxBytes:       o.holdMaxBytes,
 		SessionTimeout:     o.sessionTimeout,
 		UnsafeSkipCommands: o.unsafeSkipCmds,
-		KafkaOpts:          []kgo.Opt{kgo.WithHooks(kmetrics)},
+		KafkaOpts:          append(kafkaOpts, kgo.WithHooks(kmetrics)),
 		Logger:             log,
 		Registerer:         reg,
 	}, store)
@@ -256,7 +286,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	srv, err := serveHTTP(o.httpAddr, reg, proc, log)
+	writeTimeout := 30 * time.Second
+	if o.pprof {
+		writeTimeout = 2 * time.Minute // room for a default 30s CPU profile or trace
+	}
+	srv, err := serveHTTP(o.httpAddr, newHandler(reg, proc, o.pprof), writeTimeout, log)
 	if err != nil {
 		return err
 	}
@@ -300,16 +334,16 @@ func instanceID(dataDir string) (string, error) {
 }
 
 // serveHTTP serves the operational endpoints until Shutdown.
-func serveHTTP(addr string, reg *prometheus.Registry, proc *fanout.Processor, log *slog.Logger) (*http.Server, error) {
+func serveHTTP(addr string, h http.Handler, writeTimeout time.Duration, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
 	}
 	srv := &http.Server{
-		Handler:           newHandler(reg, proc),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       60 * time.Second,
 	}
 	go func() {
@@ -318,4 +352,18 @@ func serveHTTP(addr string, reg *prometheus.Registry, proc *fanout.Processor, lo
 		}
 	}()
 	return srv, nil
+}
+
+// isLoopback reports whether addr (host:port) listens on loopback only.
+// An empty host or 0.0.0.0 listens everywhere.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
