@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/internal/kafkasec"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -28,6 +29,7 @@ type commandOptions struct {
 	requestID string
 	wait      bool
 	timeout   time.Duration
+	security  kafkasec.Config
 }
 
 // publish is `processor leave` and `processor rejoin`: it publishes one
@@ -43,7 +45,11 @@ func publish(ctx context.Context, op topics.Op, args []string, stdout, stderr io
 	f.StringVar(&o.requestID, "request-id", "", "echoed into the changelog; empty: a random one")
 	f.BoolVar(&o.wait, "wait", false, "wait for the processor's receipt on the changelog and print it")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the broker (and, with --wait, the receipt)")
+	o.security.RegisterFlags(f.FlagSet)
 	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := o.security.Validate(); err != nil {
 		return err
 	}
 	cmd, err := o.command(op)
@@ -52,7 +58,17 @@ func publish(ctx context.Context, op topics.Op, args []string, stdout, stderr io
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(splitList(o.brokers)...))
+	brokers := splitList(o.brokers)
+	// A wrong TLS or SASL setting names its likely cause here instead of
+	// surfacing as a bare EOF after --timeout.
+	if err := o.security.Check(ctx, brokers); err != nil {
+		return err
+	}
+	secOpts, err := o.security.Opts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(secOpts, kgo.SeedBrokers(brokers...))...)
 	if err != nil {
 		return fmt.Errorf("--brokers: %w", err)
 	}
