@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,6 +52,9 @@ type runOptions struct {
 	logFormat      string
 	pprof          bool
 	security       kafkasec.Config
+	// passwordOnCmdLine: --kafka-sasl-password was a flag, visible in the
+	// process list, rather than its environment variable.
+	passwordOnCmdLine bool
 }
 
 // topicFlags are the topic-name flags shared by every subcommand.
@@ -107,6 +111,7 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	if err := f.parse(args); err != nil {
 		return nil, err
 	}
+	f.Visit(func(fl *flag.Flag) { o.passwordOnCmdLine = o.passwordOnCmdLine || fl.Name == kafkasec.FlagPassword })
 	return o, o.validate()
 }
 
@@ -205,6 +210,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log := newLogger(o, stderr)
 	for _, w := range o.security.Warnings() {
 		log.Warn(w)
+	}
+	if o.passwordOnCmdLine {
+		log.Warn("--" + kafkasec.FlagPassword + " is visible in the process list: prefer " + envName(kafkasec.FlagPassword) +
+			" or --" + kafkasec.FlagPasswordFile)
 	}
 	if !isLoopback(o.httpAddr) {
 		log.Warn("--http-addr is not a loopback address: /metrics, /v1/members and /v1/partitions are served without authentication to whoever reaches it",

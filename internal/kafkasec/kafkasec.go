@@ -219,14 +219,12 @@ func (c *Config) Validate() error {
 }
 
 // Warnings are settings that work but should not be used in production.
+// A password given on the command line is the caller's to warn about: only
+// it knows whether the flag or its environment variable set it.
 func (c *Config) Warnings() []string {
 	var w []string
 	if !c.TLS && (c.Mechanism == Plain || c.Mechanism == OAuthBearer) {
 		w = append(w, fmt.Sprintf("--%s=%s without --%s sends the secret in clear text", FlagMechanism, c.Mechanism, FlagTLS))
-	}
-	if c.Password != "" {
-		w = append(w, fmt.Sprintf("--%s given: prefer COHORTGATE_KAFKA_SASL_PASSWORD or --%s; a flag is visible in the process list",
-			FlagPassword, FlagPasswordFile))
 	}
 	return w
 }
