@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// TestSecureWorks runs the processor as a least-privilege SCRAM user over
+// TLS: it becomes ready, forwards an Active user's signal and stops that of
+// a user who left via `processor leave` as another least-privilege user.
+func TestSecureWorks(t *testing.T) {
+	e := newSecEnv(t, 2)
+	user, pass := e.user("proc", e.processorACLs())
+	b := e.start(user, pass, t.TempDir())
+	b.waitReady(t)
+
+	cliUser, cliPass := e.user("cli", e.cliACLs())
+	args := append([]string{"leave", "--user", "9", "--wait", "--timeout", "60s"}, e.securityFlags(cliUser)...)
+	args = append(args, e.topicFlags()...)
+	if o := runToEnd(t, 90*time.Second, cliPass, args...); o.err != nil {
+		t.Fatalf("processor leave: %v\n%s", o.err, o.out)
+	}
+	t0 := time.Now() // after the leave's boundary, within the skew the processor accepts
+	kept := e.signal(7, t0)
+	e.signal(9, t0)
+	e.waitDecided()
+	if got := e.committedValues(e.set.Cohort); len(got) != 1 || got[0] != kept {
+		t.Fatalf("cohort topic holds %q, want only %q", got, kept)
+	}
+}
+
+// TestSecureFailsFast: each wrong security setting ends `processor run`
+// within seconds with a message naming the likely cause, not a hang and
+// not a bare EOF.
+func TestSecureFailsFast(t *testing.T) {
+	sb := requireSecure(t)
+	otherCA := writeCA(t)
+	base := func(extra ...string) []string {
+		return append([]string{"run", "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0",
+			"--brokers", strings.Join(sb.brokers, ","), "--kafka-check-timeout", "10s"}, extra...)
+	}
+	for _, tc := range []struct {
+		name string
+		pass string
+		args []string
+		want string // in the output, case-insensitive
+	}{
+		{"wrong password", "not-" + sb.adminPass, base("--kafka-tls", "--kafka-tls-ca", sb.ca,
+			"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", sb.adminUser), "password"},
+		{"wrong CA", sb.adminPass, base("--kafka-tls", "--kafka-tls-ca", otherCA,
+			"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", sb.adminUser), "certificate"},
+		{"plaintext to TLS", sb.adminPass, base("--kafka-sasl-mechanism", "SCRAM-SHA-512",
+			"--kafka-sasl-user", sb.adminUser), "tls"},
+		{"no SASL to SASL_SSL", "", base("--kafka-tls", "--kafka-tls-ca", sb.ca), "sasl"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := runToEnd(t, 30*time.Second, tc.pass, tc.args...)
+			t.Logf("took %v:\n%s", o.took.Round(time.Millisecond), o.out)
+			switch {
+			case o.killed:
+				t.Fatalf("still running after 30s")
+			case o.err == nil:
+				t.Fatalf("exited 0")
+			case o.took > 20*time.Second:
+				t.Errorf("took %v, want a few seconds", o.took)
+			}
+			if !strings.Contains(strings.ToLower(o.out), tc.want) {
+				t.Errorf("output does not mention %q", tc.want)
+			}
+		})
+	}
+}
+
+// TestSecureLeastPrivilege: without any one of the documented ACLs,
+// `processor run` fails with an authorization error naming what is
+// missing, within a bounded time; it does not hang.
+func TestSecureLeastPrivilege(t *testing.T) {
+	e := newSecEnv(t, 1)
+	all := e.processorACLs()
+	e.produce(&kgo.Record{Topic: string(e.set.Signals), Key: topics.AppendUserID(nil, 0), Value: []byte("x")})
+	for i := range all {
+		missing := all[i]
+		t.Run(missing.name, func(t *testing.T) {
+			acls := append(append([]acl(nil), all[:i]...), all[i+1:]...)
+			user, pass := e.user("lp", acls)
+			o := runToEnd(t, 60*time.Second, pass, e.runArgs(user, t.TempDir(), "127.0.0.1:0")...)
+			if o.killed {
+				t.Fatalf("still running after 60s without %s:\n%s", missing.name, tail(o.out, 15))
+			}
+			if o.err == nil {
+				t.Fatalf("exited 0 without %s", missing.name)
+			}
+			if !strings.Contains(strings.ToLower(o.out), "authoriz") {
+				t.Errorf("exit without %s does not mention authorization:\n%s", missing.name, tail(o.out, 15))
+			}
+			t.Logf("without %s: failed after %v", missing.name, o.took.Round(time.Millisecond))
+		})
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
