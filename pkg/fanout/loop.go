@@ -104,6 +104,10 @@ func (l *loop) take(fetches kgo.Fetches) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return
 		}
+		if fatal := notAuthorized(fmt.Sprintf("fetching %s[%d]", t, p), err); fatal != nil {
+			l.p.halt(fatal)
+			return
+		}
 		l.p.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 	})
 	now := time.Now().UnixNano()
@@ -242,6 +246,9 @@ func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int6
 // session, which ends the cycle without committing.
 func (l *loop) acked(r *kgo.Record, err error) {
 	if err != nil {
+		if fatal := notAuthorized("producing to "+r.Topic, err); fatal != nil {
+			l.p.halt(fatal)
+		}
 		l.p.m.produceErrors.Inc()
 		l.p.log.Warn("produce failed", "topic", r.Topic, "err", err)
 		return
@@ -265,6 +272,9 @@ func (l *loop) republish(ctx context.Context, r *kgo.Record, want int32, source 
 
 func (l *loop) otherAcked(r *kgo.Record, err error) {
 	if err != nil {
+		if fatal := notAuthorized("producing to "+r.Topic, err); fatal != nil {
+			l.p.halt(fatal)
+		}
 		l.p.m.produceErrors.Inc()
 		l.p.log.Warn("produce failed", "topic", r.Topic, "err", err)
 	}
@@ -318,6 +328,10 @@ func (l *loop) end(ctx context.Context) error {
 		pos[p] = ps
 	}
 	committed, err := l.s.end(ctx, true, pos)
+	if fatal := notAuthorized("ending a transaction", err); fatal != nil {
+		l.p.m.txns.WithLabelValues(outcomeUnsure).Inc()
+		return fatal
+	}
 	switch {
 	case errors.Is(err, errOffsetsNotCommitted):
 		// Output acknowledged, offsets not committed: the signals are

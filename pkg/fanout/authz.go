@@ -1,0 +1,34 @@
+package fanout
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// ErrNotAuthorized marks a broker's refusal of this principal on a topic,
+// the group, the transactional ID or the cluster. A missing ACL does not
+// heal by retrying, so the Processor halts with it instead of retrying
+// forever while looking alive.
+var ErrNotAuthorized = errors.New("fanout: not authorized")
+
+// authzCodes are the Kafka errors that mean an ACL is missing.
+var authzCodes = [...]*kerr.Error{
+	kerr.TopicAuthorizationFailed,
+	kerr.GroupAuthorizationFailed,
+	kerr.TransactionalIDAuthorizationFailed,
+	kerr.ClusterAuthorizationFailed,
+}
+
+// notAuthorized returns err wrapped in ErrNotAuthorized when it is an
+// authorization failure, naming where it happened; otherwise nil.
+func notAuthorized(where string, err error) error {
+	for _, code := range authzCodes {
+		if errors.Is(err, code) {
+			return fmt.Errorf("%w: %s: %w; grant the principal the ACL it names (the README's least-privilege table lists them)",
+				ErrNotAuthorized, where, err)
+		}
+	}
+	return nil
+}
