@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestRunHelp: `processor run --help` documents every flag with its
+// environment variable and default.
+func TestRunHelp(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := parseRun([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("parseRun(--help) = %v, want flag.ErrHelp", err)
+	}
+	help := out.String()
+	var names []string
+	for _, l := range strings.Split(help, "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && strings.HasPrefix(f[0], "--") {
+			names = append(names, strings.TrimPrefix(f[0], "--"))
+			if f[1] != envName(f[0][2:]) || f[2] != "default" {
+				t.Errorf("help line %q: want --name ENV default value", l)
+			}
+		}
+	}
+	for _, want := range []string{
+		"brokers", "data-dir", "http-addr", "pprof", "create-topics",
+		"kafka-tls", "kafka-tls-ca", "kafka-tls-cert", "kafka-tls-key", "kafka-tls-server-name",
+		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password", "kafka-sasl-password-file",
+		"kafka-sasl-oauth-token-file", "kafka-check-timeout",
+	} {
+		found := false
+		for _, n := range names {
+			found = found || n == want
+		}
+		if !found {
+			t.Errorf("--help does not document --%s:\n%s", want, help)
+		}
+	}
+	if !regexp.MustCompile(`--http-addr\s+COHORTGATE_HTTP_ADDR\s+default 127\.0\.0\.1:`).MatchString(help) {
+		t.Errorf("--help does not show --http-addr's env name and loopback default:\n%s", help)
+	}
+}
+
+// TestRunValidate: each bad setting is one line naming its flag.
+func TestRunValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string // each a line of the error, by prefix
+	}{
+		{"bad broker", []string{"--brokers", "kafka"}, nil, []string{"--brokers:"}},
+		{"bad log level and format", []string{"--log-level", "loud", "--log-format", "xml"}, nil,
+			[]string{"--log-level:", "--log-format:"}},
+		{"session timeout", []string{"--session-timeout", "10ms"}, nil, []string{"--session-timeout:"}},
+		{"sasl without brokers", []string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-user", "u", "--kafka-sasl-password", "p"}, nil,
+			[]string{"--brokers:"}},
+		{"unknown mechanism", []string{"--brokers", "k:9092", "--kafka-sasl-mechanism", "GSSAPI"}, nil,
+			[]string{"invalid value"}},
+		{"bad env", nil, map[string]string{"COHORTGATE_GRACE": "soon"}, []string{"COHORTGATE_GRACE="}},
+		{"http addr", []string{"--http-addr", "8080"}, nil, []string{"--http-addr:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, err := parseRun(append([]string{"--data-dir", t.TempDir()}, tc.args...), io.Discard)
+			if err == nil {
+				t.Fatal("parseRun accepted it")
+			}
+			lines := strings.Split(err.Error(), "\n")
+			for _, w := range tc.want {
+				ok := false
+				for _, l := range lines {
+					ok = ok || strings.Contains(l, w)
+				}
+				if !ok {
+					t.Errorf("no line with %q in:\n%v", w, err)
+				}
+			}
+			if len(lines) < len(tc.want) {
+				t.Errorf("%d lines for %d problems:\n%v", len(lines), len(tc.want), err)
+			}
+		})
+	}
+	if _, err := parseRun([]string{"--data-dir", t.TempDir()}, io.Discard); err != nil {
+		t.Errorf("defaults rejected: %v", err)
+	}
+}
