@@ -93,3 +93,12 @@ chaos-short: build
 	./bin/chaos --processor $(BIN) --brokers '$(CHAOS_BROKERS)' \
 		--signals 60000 --users 6000 --leave-pct 5 --rejoin-pct 1 \
 		--rounds 10 --timeout 5m $(CHAOS_FLAGS)
+
+# The security tests of issue 8 against the SASL_SSL broker with an ACL
+# authorizer. Starts nothing: run `bash integration/kafka/kafka.sh start-secure`
+# first; its address and credentials come from `kafka.sh secure-env`. A
+# missing secure broker fails the run instead of skipping it.
+test-secure:
+	eval "$$(bash integration/kafka/kafka.sh secure-env)" && \
+	COHORTGATE_REQUIRE_SECURE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestSecure' -v ./integration
+.PHONY: test-secure
