@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
 // admin is the harness's own Kafka client: topics, offsets, reading.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
 )
 

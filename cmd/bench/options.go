@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
 // runOptions are the flags of `bench run`.

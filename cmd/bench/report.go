@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
 // results is everything one `bench run` measured.

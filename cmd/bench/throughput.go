@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
 )
 

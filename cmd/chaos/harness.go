@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
 // harness is one run of the chaos command: the broker, the work dir, and

@@ -2,7 +2,7 @@
 // as child processes against a Kafka broker, abuses them (kill -9, scale
 // out and in, SIGSTOP past the session timeout, a wiped store) while a
 // seeded load is produced, and then judges the cohort topic against an
-// oracle computed from the input topics (internal/workload). Control runs
+// oracle computed from the input topics (integration/workload). Control runs
 // with safety switched off show that the judge can fail.
 //
 // Usage:

@@ -10,7 +10,7 @@
 // It creates the topics if they are missing (as the processor would: the
 // commands topic co-partitioned with the signals topic and kept forever),
 // prints its progress once a second, and ends with a line giving the
-// records written and the records per second. See internal/workload for
+// records written and the records per second. See integration/workload for
 // what the load contains and how it is produced.
 package main
 
@@ -29,7 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cohortgate/cohortgate/internal/workload"
+	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
