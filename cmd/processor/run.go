@@ -266,6 +266,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		txnID = "cohortgate-" + id
 	}
+	if o.exactlyOnce && len(brokers) > 0 {
+		// A refused producer ID is retried forever inside franz-go.
+		if err := o.security.CheckTransactional(ctx, brokers, txnID); err != nil {
+			return err
+		}
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
