@@ -165,14 +165,19 @@ type acl struct {
 	pattern  kadm.ACLPattern
 	target   string // resource name or prefix; empty for the cluster
 	op       kadm.ACLOperation
+	// impliedBy, when set, says which other ACL of the set grants this
+	// one too on Apache Kafka 3+: granting it separately is harmless,
+	// removing it alone changes nothing.
+	impliedBy string
 }
 
 // processorACLs are the ACLs `processor run` needs with exactly-once,
-// topic creation off and a transactional ID starting with txnPrefix: the
-// least-privilege set the README documents.
+// topic creation off, a group starting with group (prefixed, so that each
+// run of a test can have its own) and a transactional ID starting with
+// txnPrefix: the least-privilege set the README documents.
 func (e *secEnv) processorACLs() []acl {
 	topic := func(name string, t topics.Topic, op kadm.ACLOperation) acl {
-		return acl{name, kmsg.ACLResourceTypeTopic, kadm.ACLPatternLiteral, string(t), op}
+		return acl{name, kmsg.ACLResourceTypeTopic, kadm.ACLPatternLiteral, string(t), op, ""}
 	}
 	return []acl{
 		topic("Read on the commands topic", e.set.Commands, kadm.OpRead),
@@ -182,18 +187,20 @@ func (e *secEnv) processorACLs() []acl {
 		topic("Write on the cohort topic", e.set.Cohort, kadm.OpWrite),
 		topic("Write on the DLQ topic", e.set.DLQ, kadm.OpWrite),
 		topic("Write on the changelog topic", e.set.Changelog, kadm.OpWrite),
-		{"Read on the group", kmsg.ACLResourceTypeGroup, kadm.ACLPatternLiteral, e.group, kadm.OpRead},
-		{"Write on the transactional-ID prefix", kmsg.ACLResourceTypeTransactionalId, kadm.ACLPatternPrefixed, e.txnPrefix, kadm.OpWrite},
-		{"Describe on the transactional-ID prefix", kmsg.ACLResourceTypeTransactionalId, kadm.ACLPatternPrefixed, e.txnPrefix, kadm.OpDescribe},
-		{"IdempotentWrite on the cluster", kmsg.ACLResourceTypeCluster, kadm.ACLPatternLiteral, "", kadm.OpIdempotentWrite},
+		{"Read on the group", kmsg.ACLResourceTypeGroup, kadm.ACLPatternPrefixed, e.group, kadm.OpRead, ""},
+		{"Write on the transactional-ID prefix", kmsg.ACLResourceTypeTransactionalId, kadm.ACLPatternPrefixed, e.txnPrefix, kadm.OpWrite, ""},
+		{"Describe on the transactional-ID prefix", kmsg.ACLResourceTypeTransactionalId, kadm.ACLPatternPrefixed, e.txnPrefix, kadm.OpDescribe,
+			"Write on the transactional-ID prefix (Write implies Describe)"},
+		{"IdempotentWrite on the cluster", kmsg.ACLResourceTypeCluster, kadm.ACLPatternLiteral, "", kadm.OpIdempotentWrite,
+			"Write on the transactional ID or any topic (KIP-679)"},
 	}
 }
 
 // cliACLs are the ACLs of `processor leave|rejoin --wait`.
 func (e *secEnv) cliACLs() []acl {
 	return []acl{
-		{"Write on the commands topic", kmsg.ACLResourceTypeTopic, kadm.ACLPatternLiteral, string(e.set.Commands), kadm.OpWrite},
-		{"Read on the changelog topic (--wait)", kmsg.ACLResourceTypeTopic, kadm.ACLPatternLiteral, string(e.set.Changelog), kadm.OpRead},
+		{"Write on the commands topic", kmsg.ACLResourceTypeTopic, kadm.ACLPatternLiteral, string(e.set.Commands), kadm.OpWrite, ""},
+		{"Read on the changelog topic (--wait)", kmsg.ACLResourceTypeTopic, kadm.ACLPatternLiteral, string(e.set.Changelog), kadm.OpRead, ""},
 	}
 }
 
