@@ -65,6 +65,7 @@ func TestScaleOutHandsOverState(t *testing.T) {
 		e.command(topics.Leave, u, t0.Add(10*time.Second))
 		sigs = append(sigs, sig{u, 5 * time.Second, true}, sig{u, 15 * time.Second, false}, sig{u + 1000, 15 * time.Second, true})
 	}
+	waitApplied(t, "left", 0, leavers, a, b)
 	want := e.produceSignals(t0, sigs)
 	e.waitDecided()
 
