@@ -23,7 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/cohortgate/cohortgate/internal/kafkasec"
+	"github.com/cohortgate/cohortgate/pkg/kafkasec"
 	"github.com/cohortgate/cohortgate/topics"
 )
 

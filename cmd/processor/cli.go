@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cohortgate/cohortgate/internal/kafkasec"
+	"github.com/cohortgate/cohortgate/pkg/kafkasec"
 	"github.com/cohortgate/cohortgate/topics"
 )
 

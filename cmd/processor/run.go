@@ -21,8 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
-	"github.com/cohortgate/cohortgate/internal/kafkasec"
 	"github.com/cohortgate/cohortgate/pkg/fanout"
+	"github.com/cohortgate/cohortgate/pkg/kafkasec"
 	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
 )
