@@ -70,22 +70,28 @@ func (e *env) runBinary(dataDir string, extra ...string) *binary {
 		"--commit-interval", "50ms",
 	}, append(e.topicFlags(), extra...)...)
 	b.cmd = exec.Command(processorBinary(e.t), args...)
-	b.cmd.Stderr = b.stderr
-	b.cmd.Stdout = b.stderr
+	b.start(e.t)
+	return b
+}
+
+// start starts b.cmd with its output collected, and kills it when the
+// test ends, showing the output if the test failed.
+func (b *binary) start(t testing.TB) {
+	t.Helper()
+	b.cmd.Stderr, b.cmd.Stdout = b.stderr, b.stderr
 	if err := b.cmd.Start(); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	go func() { b.exited <- b.cmd.Wait() }()
-	e.t.Cleanup(func() {
+	t.Cleanup(func() {
 		if b.cmd.ProcessState == nil {
 			_ = b.cmd.Process.Kill()
 			<-b.exited
 		}
-		if e.t.Failed() {
-			e.t.Logf("processor output:\n%s", b.stderr.String())
+		if t.Failed() {
+			t.Logf("processor output:\n%s", b.stderr.String())
 		}
 	})
-	return b
 }
 
 func (e *env) topicFlags() []string {

@@ -287,17 +287,26 @@ func (e *env) waitDecidedBy(group string) {
 func (e *env) readAll(topic topics.Topic) []*kgo.Record {
 	e.t.Helper()
 	ctx := e.ctx(60 * time.Second)
-	// Kafka writes a transaction's markers to each partition in turn: the
-	// group's offsets can show a commit before the output partition's
-	// marker is written. Read only once no transaction is open on the
-	// topic (last stable offset = high watermark), then up to there.
+	ends := stableEnds(e.t, ctx, e.adm, topic)
+	return readCommitted(e.t, ctx, topic, ends, func(opts ...kgo.Opt) (*kgo.Client, error) {
+		return kgo.NewClient(append(opts, kgo.SeedBrokers(broker.addrs...))...)
+	})
+}
+
+// stableEnds waits until no transaction is open on topic (last stable
+// offset = high watermark on every partition) and returns those offsets.
+// Kafka writes a transaction's markers to each partition in turn: the
+// group's offsets can show a commit before the output partition's marker
+// is written.
+func stableEnds(t testing.TB, ctx context.Context, adm *kadm.Client, topic topics.Topic) kadm.ListedOffsets {
+	t.Helper()
 	var ends kadm.ListedOffsets
-	eventually(e.t, 60*time.Second, func() error {
-		stable, err := e.adm.ListCommittedOffsets(ctx, string(topic))
+	eventually(t, 60*time.Second, func() error {
+		stable, err := adm.ListCommittedOffsets(ctx, string(topic))
 		if err != nil {
 			return err
 		}
-		hwm, err := e.adm.ListEndOffsets(ctx, string(topic))
+		hwm, err := adm.ListEndOffsets(ctx, string(topic))
 		if err != nil {
 			return err
 		}
@@ -310,31 +319,37 @@ func (e *env) readAll(topic topics.Topic) []*kgo.Record {
 		ends = stable
 		return open
 	})
+	return ends
+}
+
+// readCommitted reads topic read_committed from the start up to ends with
+// a client newClient makes, and returns its data records in partition then
+// offset order.
+func readCommitted(t testing.TB, ctx context.Context, topic topics.Topic, ends kadm.ListedOffsets, newClient func(...kgo.Opt) (*kgo.Client, error)) []*kgo.Record {
+	t.Helper()
 	want := make(map[int32]kgo.Offset)
-	remaining := 0
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Offset > 0 {
 			want[o.Partition] = kgo.NewOffset().AtStart()
-			remaining++
 		}
 	})
-	if remaining == 0 {
+	if len(want) == 0 {
 		return nil
 	}
 	// Control records are kept so that a partition ending in a
 	// transaction marker shows that the reader reached its end.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.addrs...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	cl, err := newClient(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{string(topic): want}))
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer cl.Close()
 	byPart := make(map[int32][]*kgo.Record)
 	done := make(map[int32]bool)
-	for len(done) < remaining {
+	for len(done) < len(want) {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			e.t.Fatalf("reading %s: %v (have %d of %d partitions)", topic, err, len(done), remaining)
+			t.Fatalf("reading %s: %v (have %d of %d partitions)", topic, err, len(done), len(want))
 		}
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			end, _ := ends.Lookup(string(topic), p.Partition)

@@ -298,20 +298,7 @@ func (e *secEnv) start(user, pass, dataDir string, extra ...string) *binary {
 	b := &binary{http: freeAddr(e.t), stderr: &lockedBuffer{}, exited: make(chan error, 1)}
 	b.cmd = exec.Command(processorBinary(e.t), e.runArgs(user, dataDir, b.http, extra...)...)
 	b.cmd.Env = append(os.Environ(), "COHORTGATE_KAFKA_SASL_PASSWORD="+pass)
-	b.cmd.Stderr, b.cmd.Stdout = b.stderr, b.stderr
-	if err := b.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { b.exited <- b.cmd.Wait() }()
-	e.t.Cleanup(func() {
-		if b.cmd.ProcessState == nil {
-			_ = b.cmd.Process.Kill()
-			<-b.exited
-		}
-		if e.t.Failed() {
-			e.t.Logf("processor output:\n%s", b.stderr.String())
-		}
-	})
+	b.start(e.t)
 	return b
 }
 
@@ -381,54 +368,13 @@ func (e *secEnv) waitDecided() {
 func (e *secEnv) committedValues(topic topics.Topic) []string {
 	e.t.Helper()
 	ctx := e.ctx(60 * time.Second)
-	var ends kadm.ListedOffsets
-	eventually(e.t, 60*time.Second, func() error {
-		stable, err := e.adm.ListCommittedOffsets(ctx, string(topic))
-		if err != nil {
-			return err
-		}
-		hwm, err := e.adm.ListEndOffsets(ctx, string(topic))
-		if err != nil {
-			return err
-		}
-		var open error
-		hwm.Each(func(o kadm.ListedOffset) {
-			if s, _ := stable.Lookup(o.Topic, o.Partition); s.Offset != o.Offset {
-				open = fmt.Errorf("%s partition %d: a transaction is still open", topic, o.Partition)
-			}
-		})
-		ends = stable
-		return open
+	ends := stableEnds(e.t, ctx, e.adm, topic)
+	rs := readCommitted(e.t, ctx, topic, ends, func(opts ...kgo.Opt) (*kgo.Client, error) {
+		return e.sb.client(e.t, e.sb.scram(e.sb.adminUser, e.sb.adminPass), opts...), nil
 	})
-	want := make(map[int32]kgo.Offset)
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = kgo.NewOffset().AtStart()
-		}
-	})
-	if len(want) == 0 {
-		return nil
-	}
-	cl := e.sb.client(e.t, e.sb.scram(e.sb.adminUser, e.sb.adminPass), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{string(topic): want}))
-	var got []string
-	done := make(map[int32]bool)
-	for len(done) < len(want) {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			e.t.Fatalf("reading %s: %v", topic, err)
-		}
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			end, _ := ends.Lookup(string(topic), p.Partition)
-			for _, r := range p.Records {
-				if r.Offset >= end.Offset-1 {
-					done[p.Partition] = true
-				}
-				if r.Offset < end.Offset && !r.Attrs.IsControl() {
-					got = append(got, string(r.Value))
-				}
-			}
-		})
+	got := make([]string, 0, len(rs))
+	for _, r := range rs {
+		got = append(got, string(r.Value))
 	}
 	slices.Sort(got)
 	return got
