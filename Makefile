@@ -25,8 +25,10 @@ test:
 
 # The integration suite against a real Apache Kafka broker at KAFKA_BROKERS
 # (start one with `make kafka-start`).
+# -v, because go test shows a passing package's output only in verbose
+# mode, and the log must show which broker (and version) the suite ran on.
 test-kafka:
-	KAFKA_BROKERS=$(KAFKA_BROKERS) $(GO) test -race -count=1 -timeout 45m ./integration/... ./pkg/fanout/...
+	KAFKA_BROKERS=$(KAFKA_BROKERS) bash -o pipefail -c "$(GO) test -race -count=1 -timeout 45m -v ./integration/... ./pkg/fanout/... 2>&1 | grep -v -E '^=== (RUN|PAUSE|CONT|NAME)'"
 
 kafka-start:
 	$(KAFKA) start
