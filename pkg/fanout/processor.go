@@ -218,26 +218,6 @@ func (p *Processor) signals(ctx context.Context) error {
 	return nil
 }
 
-func (p *Processor) restoreGate(ctx context.Context) error {
-	var eps []membership.Episode
-	var geps []gate.Episode
-	st, err := p.store.Restore(ctx, func(m membership.Member) error {
-		eps = m.Episodes(eps[:0])
-		if len(eps) == 0 {
-			return nil // a user with only a note: absent from the gate is Active
-		}
-		geps = gateEpisodes(geps[:0], eps)
-		return p.gate.Set(m.UserID, geps)
-	})
-	if err != nil {
-		return fmt.Errorf("unable to restore the gate from the store: %w", err)
-	}
-	p.m.restoreSeconds.Set(st.Duration.Seconds())
-	p.log.Info("restored membership state", "members", st.Members, "episodes", st.Episodes, "took", st.Duration.String())
-	p.restored.Store(true)
-	return nil
-}
-
 func (p *Processor) loadOutbox() error {
 	var items []outboxItem
 	err := p.store.Outbox(func(seq uint64, value []byte) error {
