@@ -254,8 +254,17 @@ func (l *loop) acked(r *kgo.Record, err error) {
 		return
 	}
 	l.p.m.forwarded.Inc()
-	l.p.m.forwardLatency.Observe(time.Since(r.Timestamp).Seconds())
+	if r.Offset%latencySample == 0 {
+		l.p.m.forwardLatency.Observe(time.Since(r.Timestamp).Seconds())
+	}
 }
+
+// latencySample is how many forwarded signals share one observation of the
+// forward latency: those whose output offset is a multiple of it are
+// observed. A clock read per signal cost about 5% of the processor's CPU at
+// a million signals per second; output offsets are independent of the
+// latency, so the histogram stays a fair sample.
+const latencySample = 8
 
 // deadLetter sends r to the DLQ with the reason and its origin in headers.
 func (l *loop) deadLetter(ctx context.Context, r *kgo.Record, source string, reason topics.Reason, err error) {

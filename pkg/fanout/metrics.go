@@ -87,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Name: MetricProduceErrors, Help: "Produce requests that failed; the cycle they belong to is aborted or rewound.",
 		}),
 		forwardLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: MetricForwardLatency, Help: "Time from a signal being fetched to its forwarded copy being acknowledged.",
+			Name: MetricForwardLatency, Help: "Time from a forwarded signal's timestamp (kept by its copy) to the copy being acknowledged: end to end, alignment hold included. Observed for one forwarded signal in 8.",
 			Buckets: latencyBuckets,
 		}),
 		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
