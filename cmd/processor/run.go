@@ -235,8 +235,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		log.Info("connected to Kafka", "brokers", strings.Join(brokers, ","), "security", o.security.String())
-	}
-	if len(brokers) == 0 {
+	} else {
 		dir := filepath.Join(o.dataDir, "embedded-kafka")
 		cluster, err := startEmbedded(o.embeddedAddr, dir)
 		if err != nil {
@@ -266,7 +265,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		txnID = "cohortgate-" + id
 	}
-	if o.exactlyOnce && len(brokers) > 0 {
+	if o.exactlyOnce {
 		// A refused producer ID is retried forever inside franz-go.
 		if err := o.security.CheckTransactional(ctx, brokers, txnID); err != nil {
 			return err

@@ -21,14 +21,22 @@ var authzCodes = [...]*kerr.Error{
 	kerr.ClusterAuthorizationFailed,
 }
 
+// isAuthzFailure reports whether err is one of authzCodes.
+func isAuthzFailure(err error) bool {
+	for _, code := range authzCodes {
+		if errors.Is(err, code) {
+			return true
+		}
+	}
+	return false
+}
+
 // notAuthorized returns err wrapped in ErrNotAuthorized when it is an
 // authorization failure, naming where it happened; otherwise nil.
 func notAuthorized(where string, err error) error {
-	for _, code := range authzCodes {
-		if errors.Is(err, code) {
-			return fmt.Errorf("%w: %s: %w; grant the principal the ACL it names (the README's least-privilege table lists them)",
-				ErrNotAuthorized, where, err)
-		}
+	if !isAuthzFailure(err) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: %s: %w; grant the principal the ACL it names (the README's least-privilege table lists them)",
+		ErrNotAuthorized, where, err)
 }

@@ -69,7 +69,7 @@ func (a *applier) fetchErrors(fetches kgo.Fetches) error {
 		case errors.Is(err, context.Canceled):
 		case errors.As(err, &loss), isOffsetOutOfRange(err):
 			fatal = &CommandsGapError{Topic: t, Partition: p, Next: -1, End: -1, Err: err}
-		case notAuthorized("", err) != nil:
+		case isAuthzFailure(err):
 			fatal = notAuthorized(fmt.Sprintf("fetching %s[%d]", t, p), err)
 		default:
 			a.p.log.Warn("commands fetch error", "topic", t, "partition", p, "err", err)

@@ -246,11 +246,7 @@ func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int6
 // session, which ends the cycle without committing.
 func (l *loop) acked(r *kgo.Record, err error) {
 	if err != nil {
-		if fatal := notAuthorized("producing to "+r.Topic, err); fatal != nil {
-			l.p.halt(fatal)
-		}
-		l.p.m.produceErrors.Inc()
-		l.p.log.Warn("produce failed", "topic", r.Topic, "err", err)
+		l.produceFailed(r, err)
 		return
 	}
 	l.p.m.forwarded.Inc()
@@ -281,12 +277,19 @@ func (l *loop) republish(ctx context.Context, r *kgo.Record, want int32, source 
 
 func (l *loop) otherAcked(r *kgo.Record, err error) {
 	if err != nil {
-		if fatal := notAuthorized("producing to "+r.Topic, err); fatal != nil {
-			l.p.halt(fatal)
-		}
-		l.p.m.produceErrors.Inc()
-		l.p.log.Warn("produce failed", "topic", r.Topic, "err", err)
+		l.produceFailed(r, err)
 	}
+}
+
+// produceFailed accounts for a record the broker did not take. The session
+// counts the failure and ends the cycle without committing; a missing ACL
+// halts the processor, since retrying cannot heal it.
+func (l *loop) produceFailed(r *kgo.Record, err error) {
+	if fatal := notAuthorized("producing to "+r.Topic, err); fatal != nil {
+		l.p.halt(fatal)
+	}
+	l.p.m.produceErrors.Inc()
+	l.p.log.Warn("produce failed", "topic", r.Topic, "err", err)
 }
 
 // drainOutbox produces what the commands side queued (changelog records,

@@ -53,22 +53,16 @@ func (e *CheckError) Unwrap() error { return e.Err }
 // Check does not prove authorization: a principal may be authenticated
 // and still lack the ACLs of the work it does.
 func (c *Config) Check(ctx context.Context, brokers []string) error {
-	timeout := c.CheckTimeout
-	if timeout <= 0 {
-		timeout = DefaultCheckTimeout
-	}
+	timeout := c.checkTimeout()
 	opts, err := c.Opts()
 	if err != nil {
 		return err
 	}
 	rec := &recorder{}
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(brokers...),
-		kgo.ClientID("cohortgate-check"),
+	cl, err := kgo.NewClient(append(checkClientOpts(brokers, timeout,
 		kgo.DialTimeout(min(timeout, 10*time.Second)),
-		kgo.RetryTimeout(timeout),
 		kgo.WithHooks(rec),
-	}, opts...)...)
+	), opts...)...)
 	if err != nil {
 		return &CheckError{Brokers: brokers, Cause: "invalid client settings", Fix: "check --brokers", Err: err}
 	}
@@ -85,6 +79,25 @@ func (c *Config) Check(ctx context.Context, brokers []string) error {
 		return ctx.Err()
 	}
 	return c.diagnose(brokers, rec.events(), err, timeout)
+}
+
+// checkTimeout is c.CheckTimeout, or DefaultCheckTimeout when unset.
+func (c *Config) checkTimeout() time.Duration {
+	if c.CheckTimeout <= 0 {
+		return DefaultCheckTimeout
+	}
+	return c.CheckTimeout
+}
+
+// checkClientOpts are the options of a start-time check's client, before
+// the security settings: the seed brokers, the checks' client ID, retries
+// bounded by timeout, and extra.
+func checkClientOpts(brokers []string, timeout time.Duration, extra ...kgo.Opt) []kgo.Opt {
+	return append([]kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		kgo.ClientID("cohortgate-check"),
+		kgo.RetryTimeout(timeout),
+	}, extra...)
 }
 
 // event is one failure the client saw while connecting: a dial or

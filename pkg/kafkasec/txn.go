@@ -22,19 +22,12 @@ import (
 // as the session's first transaction would; call it only for an instance
 // about to start with txnID.
 func (c *Config) CheckTransactional(ctx context.Context, brokers []string, txnID string) error {
-	timeout := c.CheckTimeout
-	if timeout <= 0 {
-		timeout = DefaultCheckTimeout
-	}
+	timeout := c.checkTimeout()
 	opts, err := c.Opts()
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(brokers...),
-		kgo.ClientID("cohortgate-check"),
-		kgo.RetryTimeout(timeout),
-	}, opts...)...)
+	cl, err := kgo.NewClient(append(checkClientOpts(brokers, timeout), opts...)...)
 	if err != nil {
 		return fmt.Errorf("unable to check the transactional ID: %w", err)
 	}
