@@ -133,7 +133,6 @@ type outputCount struct {
 	Records    int64 // records, control records excluded
 	Distinct   int64 // distinct signal ids among them
 	Duplicates int64 // records beyond the first of their signal id
-	Other      int64 // records that are no signal of the workload
 	Took       time.Duration
 }
 
@@ -158,8 +157,7 @@ func (a *admin) countOutput(ctx context.Context, topic string, signals int) (out
 		out.Records++
 		id, err := workload.ParseSignalID(r.Value)
 		if err != nil || id >= uint64(signals) {
-			out.Other++
-			return
+			return // no signal of the workload
 		}
 		w, bit := id/64, uint64(1)<<(id%64)
 		if seen[w]&bit != 0 {

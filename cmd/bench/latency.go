@@ -13,7 +13,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -74,15 +73,8 @@ func (h *harness) latency(ctx context.Context, r *latencyResult) error {
 	if h.o.latencyLeaves > h.o.load.Users {
 		return fmt.Errorf("--latency-leaves %d exceeds --users %d: the leaves are of distinct users", h.o.latencyLeaves, h.o.load.Users)
 	}
-	set := topics.Set{
-		Commands: topics.Topic(h.topic("lat.commands")), Signals: topics.Topic(h.topic("lat.signals")),
-		Cohort: topics.Topic(h.topic("lat.cohort")), DLQ: topics.Topic(h.topic("lat.dlq")),
-		Changelog: topics.Topic(h.topic("lat.changelog")),
-	}
-	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	err := workload.CreateTopics(cctx, h.a.adm, set, int32(h.o.partitions), -1)
-	cancel()
-	if err != nil {
+	set := h.topicSet("lat")
+	if err := h.createTopics(ctx, set, int32(h.o.partitions)); err != nil {
 		return err
 	}
 
@@ -90,11 +82,8 @@ func (h *harness) latency(ctx context.Context, r *latencyResult) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"run", "--brokers", joinList(h.o.brokers), "--group", h.topic("lat.group"),
-		"--data-dir", filepath.Join(h.work, "latency", "data"), "--http-addr", addr,
-		"--commands-topic", string(set.Commands), "--signals-topic", string(set.Signals),
-		"--cohort-topic", string(set.Cohort), "--dlq-topic", string(set.DLQ), "--changelog-topic", string(set.Changelog),
-		"--grace", h.o.latencyGrace.String()}
+	args := h.processorArgs(h.topic("lat.group"), filepath.Join(h.work, "latency", "data"), addr, set,
+		"--grace", h.o.latencyGrace.String())
 	r.Command = "processor " + joinArgs(args)
 	h.printf("latency: starting the processor (exactly once, grace %v)", h.o.latencyGrace)
 	proc, err := h.procs.start("latency-processor", h.logPath("latency-processor"), nil, h.o.processor, args...)
@@ -110,9 +99,8 @@ func (h *harness) latency(ctx context.Context, r *latencyResult) error {
 	lg := []string{"--brokers", joinList(h.o.brokers), "--users", strconv.Itoa(h.o.load.Users),
 		"--signals", strconv.Itoa(int(r.TargetRate * duration.Seconds())), "--value-size", strconv.Itoa(h.o.load.ValueSize),
 		"--leave-pct", "0", "--rejoin-pct", "0", "--rate", strconv.Itoa(int(r.TargetRate)),
-		"--seed", strconv.FormatUint(h.o.load.Seed+1, 10), "--create-topics=false",
-		"--commands-topic", string(set.Commands), "--signals-topic", string(set.Signals),
-		"--cohort-topic", string(set.Cohort), "--dlq-topic", string(set.DLQ), "--changelog-topic", string(set.Changelog)}
+		"--seed", strconv.FormatUint(h.o.load.Seed+1, 10), "--create-topics=false"}
+	lg = append(lg, topicFlags(set)...)
 	h.printf("latency: signals at %s/s: loadgen %s", thousands(r.TargetRate), joinArgs(lg))
 	gen, err := h.procs.start("latency-loadgen", h.logPath("latency-loadgen"), nil, h.o.loadgen, lg...)
 	if err != nil {
@@ -141,15 +129,14 @@ func (h *harness) latency(ctx context.Context, r *latencyResult) error {
 	lat := make([]time.Duration, 0, len(applied))
 	fromSend := make([]time.Duration, 0, len(applied))
 	for id, at := range applied {
-		lat = append(lat, at.Sub(acks[id]))
-		fromSend = append(fromSend, at.Sub(sent[id]))
-	}
-	r.FromSend = summarize(fromSend)
-	for _, d := range lat {
+		d := at.Sub(acks[id])
 		if d < 0 {
 			r.Negative++
 		}
+		lat = append(lat, d)
+		fromSend = append(fromSend, at.Sub(sent[id]))
 	}
+	r.FromSend = summarize(fromSend)
 	r.Latency = summarize(lat)
 	h.printf("latency: %d leaves: p50 %v, p99 %v, max %v; signals at %s/s", r.Found,
 		r.Latency.P50, r.Latency.P99, r.Latency.Max, thousands(r.Rate))

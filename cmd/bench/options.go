@@ -47,7 +47,6 @@ type runOptions struct {
 	keepTopics  bool
 	profileFor  time.Duration
 	invokedAs   string // the command that ran this one, for the report
-	args        []string
 }
 
 // allRuns are the throughput runs, in the order they run.
@@ -65,7 +64,7 @@ const (
 var allPhases = []string{"throughput", "latency", "restore", "rebuild"}
 
 func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
-	o := &runOptions{args: args}
+	o := &runOptions{}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var brokers, runs, phases, sizes string

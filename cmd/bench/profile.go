@@ -32,12 +32,8 @@ func (h *harness) startProfile(ctx context.Context, name, base string, delay tim
 }
 
 func fetchProfile(ctx context.Context, base string, delay, d time.Duration, path string) error {
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
+	if err := sleep(ctx, delay); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -25,7 +24,6 @@ import (
 // observed after it); Wall is from the process start to that line.
 type rebuildResult struct {
 	Commands int
-	Applied  int64 // the commands offset the processor reported
 	Took     time.Duration
 	Wall     time.Duration
 	PeakRSS  int64
@@ -47,15 +45,8 @@ func (h *harness) rebuildPhase(ctx context.Context) {
 }
 
 func (h *harness) rebuild(ctx context.Context, r *rebuildResult) error {
-	set := topics.Set{
-		Commands: topics.Topic(h.topic("rb.commands")), Signals: topics.Topic(h.topic("rb.signals")),
-		Cohort: topics.Topic(h.topic("rb.cohort")), DLQ: topics.Topic(h.topic("rb.dlq")),
-		Changelog: topics.Topic(h.topic("rb.changelog")),
-	}
-	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	err := workload.CreateTopics(cctx, h.a.adm, set, 1, -1)
-	cancel()
-	if err != nil {
+	set := h.topicSet("rb")
+	if err := h.createTopics(ctx, set, 1); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -69,20 +60,10 @@ func (h *harness) rebuild(ctx context.Context, r *rebuildResult) error {
 	if err != nil {
 		return err
 	}
-	caughtUp := make(chan string, 1)
-	args := []string{"run", "--brokers", joinList(h.o.brokers), "--group", h.topic("rb.group"),
-		"--data-dir", filepath.Join(h.work, "rebuild", "data"), "--http-addr", addr, "--pprof",
-		"--commands-topic", string(set.Commands), "--signals-topic", string(set.Signals),
-		"--cohort-topic", string(set.Cohort), "--dlq-topic", string(set.DLQ), "--changelog-topic", string(set.Changelog)}
+	caughtUp, onLine := watchLine(caughtUpLine)
+	args := h.processorArgs(h.topic("rb.group"), filepath.Join(h.work, "rebuild", "data"), addr, set, "--pprof")
 	began := time.Now()
-	c, err := h.procs.start("rebuild", h.logPath("rebuild"), func(line string) {
-		if caughtUpLine.MatchString(line) {
-			select {
-			case caughtUp <- line:
-			default:
-			}
-		}
-	}, h.o.processor, args...)
+	c, err := h.procs.start("rebuild", h.logPath("rebuild"), onLine, h.o.processor, args...)
 	if err != nil {
 		return err
 	}
@@ -107,7 +88,7 @@ func (h *harness) rebuild(ctx context.Context, r *rebuildResult) error {
 	if rss, err := procPeakRSS(c.pid()); err == nil {
 		r.PeakRSS = rss
 	}
-	if r.Applied, r.Took, err = parseCaughtUpLine(line); err != nil {
+	if _, r.Took, err = parseCaughtUpLine(line); err != nil {
 		return err
 	}
 	h.printf("rebuild: %d commands applied in %v (%s commands/s; %v from process start)",
@@ -153,6 +134,21 @@ var errNoCaughtUp = errors.New("the processor did not report the partition caugh
 
 // caughtUpLine matches the processor's log line when a partition caught up.
 var caughtUpLine = regexp.MustCompile(`msg="partition caught up with its commands; forwarding"`)
+
+// watchLine returns a channel that receives a child's log line matching
+// re (one; later ones are dropped while it is unread) and the line
+// callback for procs.start that feeds it.
+func watchLine(re *regexp.Regexp) (<-chan string, func(string)) {
+	lines := make(chan string, 1)
+	return lines, func(line string) {
+		if re.MatchString(line) {
+			select {
+			case lines <- line:
+			default:
+			}
+		}
+	}
+}
 
 // parseCaughtUpLine reads applied= and took= from that line.
 func parseCaughtUpLine(line string) (applied int64, took time.Duration, err error) {

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
 )
@@ -29,7 +28,6 @@ type restoreResult struct {
 	Took       time.Duration
 	PeakRSS    int64 // the processor's VmHWM just after the restore
 	StoreBytes int64
-	Build      time.Duration // building the store (0 if it came from the cache)
 	Err        string
 }
 
@@ -40,11 +38,8 @@ func (r restoreResult) Rate() float64 { return ratio(float64(r.Restored), r.Took
 // the processor over the data dir holding it, with empty topics of its
 // own. The largest restore is profiled from the process start.
 func (h *harness) restorePhase(ctx context.Context) {
-	set := h.restoreTopics()
-	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	err := workload.CreateTopics(cctx, h.a.adm, set, int32(h.o.partitions), -1)
-	cancel()
-	if err != nil {
+	set := h.topicSet("restore")
+	if err := h.createTopics(ctx, set, int32(h.o.partitions)); err != nil {
 		h.res.errorf("restore: %v", err)
 		return
 	}
@@ -62,14 +57,6 @@ func (h *harness) restorePhase(ctx context.Context) {
 	}
 }
 
-func (h *harness) restoreTopics() topics.Set {
-	return topics.Set{
-		Commands: topics.Topic(h.topic("restore.commands")), Signals: topics.Topic(h.topic("restore.signals")),
-		Cohort: topics.Topic(h.topic("restore.cohort")), DLQ: topics.Topic(h.topic("restore.dlq")),
-		Changelog: topics.Topic(h.topic("restore.changelog")),
-	}
-}
-
 // restore starts a processor over the store of n members and reads its
 // restore line; profile takes a CPU profile from the process start.
 func (h *harness) restore(ctx context.Context, n int, set topics.Set, profile bool) restoreResult {
@@ -82,7 +69,6 @@ func (h *harness) restore(ctx context.Context, n int, set topics.Set, profile bo
 		r.Err = err.Error()
 		return r
 	}
-	r.Build = build
 	r.StoreBytes = dirSize(filepath.Join(dir, "membership"))
 	h.printf("restore: store of %d members (%s on disk, built in %.1fs; 0 = from the cache); starting the processor",
 		n, mib(r.StoreBytes), build.Seconds())
@@ -92,21 +78,10 @@ func (h *harness) restore(ctx context.Context, n int, set topics.Set, profile bo
 		r.Err = err.Error()
 		return r
 	}
-	restored := make(chan string, 1)
+	restored, onLine := watchLine(restoredLine)
 	name := "restore-" + strconv.Itoa(n)
-	args := []string{"run", "--brokers", joinList(h.o.brokers), "--data-dir", dir, "--http-addr", addr,
-		"--group", h.topic(name + ".group"), "--pprof",
-		"--commands-topic", string(set.Commands), "--signals-topic", string(set.Signals),
-		"--cohort-topic", string(set.Cohort), "--dlq-topic", string(set.DLQ), "--changelog-topic", string(set.Changelog)}
-	var c *child
-	c, err = h.procs.start(name, h.logPath(name), func(line string) {
-		if restoredLine.MatchString(line) {
-			select {
-			case restored <- line:
-			default:
-			}
-		}
-	}, h.o.processor, args...)
+	args := h.processorArgs(h.topic(name+".group"), dir, addr, set, "--pprof")
+	c, err := h.procs.start(name, h.logPath(name), onLine, h.o.processor, args...)
 	if err != nil {
 		r.Err = err.Error()
 		return r

@@ -24,10 +24,9 @@ type harness struct {
 	outMu  sync.Mutex
 	stdout io.Writer
 
-	// The pre-loaded input topics and their end offsets.
+	// The pre-loaded input topics and the signals topic's end offsets.
 	signals, commands string
 	signalsEnd        offsets
-	commandsEnd       offsets
 }
 
 // run is `bench run`: the phases in order, each bounded; a phase that
@@ -138,11 +137,7 @@ func (h *harness) throughputPhase(ctx context.Context) {
 		if r.Err != "" {
 			h.res.errorf("%s: %s", name, r.Err)
 		}
-		binary := h.o.processor
-		if strings.HasPrefix(name, runPassthrough) {
-			binary = h.o.self
-		}
-		h.addProfile(ctx, name, binary, r.Profile)
+		h.addProfile(ctx, name, r.binary, r.Profile)
 		h.res.Throughput = append(h.res.Throughput, r)
 	}
 }
@@ -177,10 +172,11 @@ func (h *harness) preload(ctx context.Context) error {
 	if h.signalsEnd, err = h.a.endOffsets(ctx, h.signals); err != nil {
 		return err
 	}
-	if h.commandsEnd, err = h.a.endOffsets(ctx, h.commands); err != nil {
+	commandsEnd, err := h.a.endOffsets(ctx, h.commands)
+	if err != nil {
 		return err
 	}
-	h.res.Load.Signals, h.res.Load.Commands = h.signalsEnd.sum(), h.commandsEnd.sum()
+	h.res.Load.Signals, h.res.Load.Commands = h.signalsEnd.sum(), commandsEnd.sum()
 	if h.res.Load.Signals != int64(l.Signals) {
 		return fmt.Errorf("the signals topic holds %d records, want %d", h.res.Load.Signals, l.Signals)
 	}

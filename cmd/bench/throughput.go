@@ -18,7 +18,6 @@ type throughputResult struct {
 	Name    string
 	Command string // the child's command line, abridged
 
-	Signals  int64         // signals in the input topic
 	Startup  time.Duration // process start to t0
 	Window   time.Duration // t0 to t1
 	InSignal int64         // signals committed between t0 and t1
@@ -41,6 +40,8 @@ type throughputResult struct {
 
 	Profile string // path of the CPU profile, if one was taken
 	Err     string
+
+	binary string // the binary the profile symbolizes against
 }
 
 // CycleMs is the mean length of a cycle, t0 to t1, in ms.
@@ -77,7 +78,7 @@ type spawned struct {
 // throughput does one run: starts the child with start, measures it until
 // it has committed every signal, stops it and counts its output.
 func (h *harness) throughput(ctx context.Context, name string, start func(out string) (spawned, error)) throughputResult {
-	res := throughputResult{Name: name, Signals: h.signalsEnd.sum()}
+	res := throughputResult{Name: name}
 	out := h.topic(name + ".out")
 	fail := func(err error) throughputResult {
 		res.Err = err.Error()
@@ -93,7 +94,7 @@ func (h *harness) throughput(ctx context.Context, name string, start func(out st
 	if err != nil {
 		return fail(err)
 	}
-	res.Command = sp.command
+	res.Command, res.binary = sp.command, sp.binary
 	defer sp.c.stop(30 * time.Second)
 
 	rctx, cancel := context.WithTimeout(ctx, h.o.runTimeout)
@@ -156,9 +157,7 @@ func (h *harness) createOutput(ctx context.Context, name, out string) error {
 	if !strings.HasPrefix(name, "processor") {
 		return h.a.createTopic(ctx, out, int32(h.o.partitions))
 	}
-	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	return workload.CreateTopics(cctx, h.a.adm, h.processorTopics(name, out), int32(h.o.partitions), -1)
+	return h.createTopics(ctx, h.processorTopics(name, out), int32(h.o.partitions))
 }
 
 // processorTopics are the topics of a processor run.
@@ -167,6 +166,36 @@ func (h *harness) processorTopics(name, out string) topics.Set {
 		Commands: topics.Topic(h.commands), Signals: topics.Topic(h.signals), Cohort: topics.Topic(out),
 		DLQ: topics.Topic(h.topic(name + ".dlq")), Changelog: topics.Topic(h.topic(name + ".changelog")),
 	}
+}
+
+// topicSet names the topics of a phase: <prefix>.commands and so on.
+func (h *harness) topicSet(prefix string) topics.Set {
+	return topics.Set{
+		Commands: topics.Topic(h.topic(prefix + ".commands")), Signals: topics.Topic(h.topic(prefix + ".signals")),
+		Cohort: topics.Topic(h.topic(prefix + ".cohort")), DLQ: topics.Topic(h.topic(prefix + ".dlq")),
+		Changelog: topics.Topic(h.topic(prefix + ".changelog")),
+	}
+}
+
+// createTopics creates the topics of set, with partitions each, within 90 s.
+func (h *harness) createTopics(ctx context.Context, set topics.Set, partitions int32) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	return workload.CreateTopics(ctx, h.a.adm, set, partitions, -1)
+}
+
+// topicFlags are the topic flags of the processor and cmd/loadgen for set.
+func topicFlags(s topics.Set) []string {
+	return []string{"--commands-topic", string(s.Commands), "--signals-topic", string(s.Signals),
+		"--cohort-topic", string(s.Cohort), "--dlq-topic", string(s.DLQ), "--changelog-topic", string(s.Changelog)}
+}
+
+// processorArgs is the processor's command line: run, its group, data dir,
+// HTTP address and topics, then extra.
+func (h *harness) processorArgs(group, dataDir, addr string, set topics.Set, extra ...string) []string {
+	args := []string{"run", "--brokers", joinList(h.o.brokers), "--group", group, "--data-dir", dataDir, "--http-addr", addr}
+	args = append(args, topicFlags(set)...)
+	return append(args, extra...)
 }
 
 // measure polls the child every 100 ms until its group has committed the
@@ -267,11 +296,8 @@ func (h *harness) startProcessor(name string, exactlyOnce bool) func(out string)
 			return spawned{}, err
 		}
 		group := h.topic(name + ".group")
-		args := []string{"run", "--brokers", joinList(h.o.brokers), "--group", group,
-			"--data-dir", filepath.Join(h.work, name, "data"), "--http-addr", addr,
-			"--commands-topic", h.commands, "--signals-topic", h.signals, "--cohort-topic", out,
-			"--dlq-topic", h.topic(name + ".dlq"), "--changelog-topic", h.topic(name + ".changelog"),
-			"--exactly-once=" + strconv.FormatBool(exactlyOnce), "--grace", "0s", "--pprof"}
+		args := h.processorArgs(group, filepath.Join(h.work, name, "data"), addr, h.processorTopics(name, out),
+			"--exactly-once="+strconv.FormatBool(exactlyOnce), "--grace", "0s", "--pprof")
 		c, err := h.procs.start(name, h.logPath(name), nil, h.o.processor, args...)
 		if err != nil {
 			return spawned{}, err
