@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/pkg/fanout"
 	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
@@ -46,14 +47,8 @@ func bareEnv(t testing.TB, parts int32) *env {
 	t.Helper()
 	id := randomID()
 	e := &env{
-		t: t,
-		set: topics.Set{
-			Commands:  topics.Topic("it-" + id + ".commands"),
-			Signals:   topics.Topic("it-" + id + ".signals"),
-			Cohort:    topics.Topic("it-" + id + ".cohort"),
-			DLQ:       topics.Topic("it-" + id + ".dlq"),
-			Changelog: topics.Topic("it-" + id + ".changelog"),
-		},
+		t:     t,
+		set:   workload.Topics("it-" + id),
 		group: "it-" + id,
 		parts: parts,
 	}

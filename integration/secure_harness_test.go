@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/pkg/kafkasec"
 	"github.com/cohortgate/cohortgate/topics"
 )
@@ -108,15 +109,9 @@ func newSecEnv(t *testing.T, parts int32) *secEnv {
 	sb := requireSecure(t)
 	id := randomID()
 	e := &secEnv{
-		t:  t,
-		sb: sb,
-		set: topics.Set{
-			Commands:  topics.Topic("sec-" + id + ".commands"),
-			Signals:   topics.Topic("sec-" + id + ".signals"),
-			Cohort:    topics.Topic("sec-" + id + ".cohort"),
-			DLQ:       topics.Topic("sec-" + id + ".dlq"),
-			Changelog: topics.Topic("sec-" + id + ".changelog"),
-		},
+		t:         t,
+		sb:        sb,
+		set:       workload.Topics("sec-" + id),
 		group:     "sec-" + id,
 		txnPrefix: "sec-" + id + "-",
 	}

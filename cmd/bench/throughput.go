@@ -170,11 +170,7 @@ func (h *harness) processorTopics(name, out string) topics.Set {
 
 // topicSet names the topics of a phase: <prefix>.commands and so on.
 func (h *harness) topicSet(prefix string) topics.Set {
-	return topics.Set{
-		Commands: topics.Topic(h.topic(prefix + ".commands")), Signals: topics.Topic(h.topic(prefix + ".signals")),
-		Cohort: topics.Topic(h.topic(prefix + ".cohort")), DLQ: topics.Topic(h.topic(prefix + ".dlq")),
-		Changelog: topics.Topic(h.topic(prefix + ".changelog")),
-	}
+	return workload.Topics(h.topic(prefix))
 }
 
 // createTopics creates the topics of set, with partitions each, within 90 s.

@@ -148,11 +148,7 @@ func (h *harness) run(parent context.Context, sc scenario) result {
 	r := &scenarioRun{
 		h: h, sc: sc, group: prefix,
 		dir: filepath.Join(h.root, sc.name),
-		set: topics.Set{
-			Commands: topics.Topic(prefix + ".commands"), Signals: topics.Topic(prefix + ".signals"),
-			Cohort: topics.Topic(prefix + ".cohort"), DLQ: topics.Topic(prefix + ".dlq"),
-			Changelog: topics.Topic(prefix + ".changelog"),
-		},
+		set: workload.Topics(prefix),
 		rng: rand.New(rand.NewPCG(h.o.seed, nameHash(sc.name))),
 	}
 	res := result{sc: sc}

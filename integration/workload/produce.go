@@ -206,6 +206,18 @@ func pace(ctx context.Context, start time.Time, seq int, rate float64) error {
 	}
 }
 
+// Topics names a run's five topics after prefix: <prefix>.commands,
+// <prefix>.signals, <prefix>.cohort, <prefix>.dlq and <prefix>.changelog.
+func Topics(prefix string) topics.Set {
+	return topics.Set{
+		Commands:  topics.Topic(prefix + ".commands"),
+		Signals:   topics.Topic(prefix + ".signals"),
+		Cohort:    topics.Topic(prefix + ".cohort"),
+		DLQ:       topics.Topic(prefix + ".dlq"),
+		Changelog: topics.Topic(prefix + ".changelog"),
+	}
+}
+
 // CreateTopics creates the topics of set that are missing, as the
 // processor would (set.Specs: the commands topic co-partitioned with the
 // signals topic and kept forever), with partitions partitions and the

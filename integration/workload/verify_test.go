@@ -37,11 +37,7 @@ func testCtx(t *testing.T) context.Context {
 // newSet creates a fresh set of topics named after prefix.
 func newSet(t *testing.T, brokers []string, prefix string) topics.Set {
 	t.Helper()
-	set := topics.Set{
-		Commands: topics.Topic(prefix + ".commands"), Signals: topics.Topic(prefix + ".signals"),
-		Cohort: topics.Topic(prefix + ".cohort"), DLQ: topics.Topic(prefix + ".dlq"),
-		Changelog: topics.Topic(prefix + ".changelog"),
-	}
+	set := Topics(prefix)
 	cl := newClient(t, brokers)
 	if err := CreateTopics(testCtx(t), kadm.NewClient(cl), set, testParts, 1); err != nil {
 		t.Fatal(err)
