@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -107,7 +108,7 @@ func (h *harness) latency(ctx context.Context, r *latencyResult) error {
 		return err
 	}
 	defer gen.stop(10 * time.Second)
-	if err := sleep(ctx, 5*time.Second); err != nil {
+	if err := workload.Sleep(ctx, 5*time.Second); err != nil {
 		return err
 	}
 
@@ -167,7 +168,7 @@ func (h *harness) produceLeaves(ctx context.Context, set topics.Set, proc, gen *
 	every := h.o.latencyFor / time.Duration(n)
 	var lastPrint time.Time
 	for i, u := range users {
-		if err := sleep(ctx, time.Until(start.Add(time.Duration(i)*every))); err != nil {
+		if err := workload.Sleep(ctx, time.Until(start.Add(time.Duration(i)*every))); err != nil {
 			return nil, nil, 0, 0, err
 		}
 		if gen.exited() {
@@ -260,23 +261,8 @@ func waitReady(ctx context.Context, c *child, url string, d time.Duration) error
 			}
 			last = strings.TrimSpace(b.String())
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := workload.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return fmt.Errorf("%s not ready within %v (last: %q)", c.name, d, last)
 		}
-	}
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

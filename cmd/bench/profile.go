@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
 // profileJob is a CPU profile being taken from a child's /debug/pprof.
@@ -32,7 +34,7 @@ func (h *harness) startProfile(ctx context.Context, name, base string, delay tim
 }
 
 func fetchProfile(ctx context.Context, base string, delay, d time.Duration, path string) error {
-	if err := sleep(ctx, delay); err != nil {
+	if err := workload.Sleep(ctx, delay); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)

@@ -360,24 +360,11 @@ func (r *scenarioRun) producing() bool { return !isClosed(r.produceD) }
 func (r *scenarioRun) waitProduced(ctx context.Context, frac float64) error {
 	want := int64(frac * float64(r.h.o.signals))
 	for r.produced.Load() < want && r.producing() {
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := workload.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// sleep waits for d; it is the chaos's own pacing, never a way to wait
-// for a condition.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // permanent is an error that stops eventually at once.
@@ -402,7 +389,7 @@ func eventually(ctx context.Context, d time.Duration, cond func() error) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not within %v: %w", d, err)
 		}
-		if serr := sleep(ctx, wait); serr != nil {
+		if serr := workload.Sleep(ctx, wait); serr != nil {
 			return fmt.Errorf("%w (last: %v)", serr, err)
 		}
 		wait = min(wait*2, 250*time.Millisecond)
@@ -568,7 +555,7 @@ func (r *scenarioRun) killRounds(ctx context.Context, n int) error {
 	during := 0
 	for i := range n {
 		pause := time.Duration(200+r.rng.IntN(2300)) * time.Millisecond
-		if err := sleep(ctx, pause); err != nil {
+		if err := workload.Sleep(ctx, pause); err != nil {
 			return err
 		}
 		victim := r.pick()

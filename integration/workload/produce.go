@@ -196,7 +196,16 @@ func pace(ctx context.Context, start time.Time, seq int, rate float64) error {
 	if wait < 2*time.Millisecond {
 		return nil // sleeping for less costs more than it paces
 	}
-	t := time.NewTimer(wait)
+	return Sleep(ctx, wait)
+}
+
+// Sleep waits d, or until ctx ends, and returns ctx's error then. It is for
+// pacing load and chaos, never a way to wait for a condition.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
