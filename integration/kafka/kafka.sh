@@ -264,6 +264,13 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$DATA_DIR
 
+$(single_node_settings)
+EOF
+}
+
+# single_node_settings prints the settings both broker configurations share.
+single_node_settings() {
+  cat <<'EOF'
 auto.create.topics.enable=false
 default.replication.factor=1
 min.insync.replicas=1
@@ -635,21 +642,7 @@ authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:admin;User:$BROKER_DN
 
-auto.create.topics.enable=false
-default.replication.factor=1
-min.insync.replicas=1
-group.initial.rebalance.delay.ms=0
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-
-num.network.threads=2
-num.io.threads=4
-num.recovery.threads.per.data.dir=1
+$(single_node_settings)
 EOF
   )
   (umask 077 && cat >"$CLIENT_PROPS" <<EOF
