@@ -674,9 +674,16 @@ probe_secure_metadata() {
   fi
 }
 
+# The secure broker's data is throwaway: each start formats it afresh, with
+# the SCRAM users bootstrapped again. Restarted over its old data, Kafka
+# 4.4 replayed the admin's SCRAM credential and still refused it ("invalid
+# credentials"), which failed every security test after a stop and start.
 cmd_start_secure() {
   load_credentials
   make_certificates
+  if ! running_pid >/dev/null; then
+    rm -rf "$DATA_DIR"
+  fi
   cmd_start
   log "for the security tests: eval \"\$(bash ${BASH_SOURCE[0]} secure-env)\""
 }
