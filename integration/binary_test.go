@@ -19,6 +19,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
 var build struct {
@@ -68,7 +70,7 @@ func (e *env) runBinary(dataDir string, extra ...string) *binary {
 		"--replication-factor", "1",
 		"--grace", "100ms",
 		"--commit-interval", "50ms",
-	}, append(e.topicFlags(), extra...)...)
+	}, append(workload.TopicFlags(e.set), extra...)...)
 	b.cmd = exec.Command(processorBinary(e.t), args...)
 	b.start(e.t)
 	return b
@@ -92,14 +94,6 @@ func (b *binary) start(t testing.TB) {
 			t.Logf("processor output:\n%s", b.stderr.String())
 		}
 	})
-}
-
-func (e *env) topicFlags() []string {
-	return []string{
-		"--commands-topic", string(e.set.Commands), "--signals-topic", string(e.set.Signals),
-		"--cohort-topic", string(e.set.Cohort), "--dlq-topic", string(e.set.DLQ),
-		"--changelog-topic", string(e.set.Changelog),
-	}
 }
 
 // stop sends SIGTERM and waits for a clean exit.

@@ -269,14 +269,6 @@ func (e *secEnv) securityFlags(user string) []string {
 	}
 }
 
-func (e *secEnv) topicFlags() []string {
-	return []string{
-		"--commands-topic", string(e.set.Commands), "--signals-topic", string(e.set.Signals),
-		"--cohort-topic", string(e.set.Cohort), "--dlq-topic", string(e.set.DLQ),
-		"--changelog-topic", string(e.set.Changelog),
-	}
-}
-
 // runArgs are the arguments of `processor run` as user, with topic
 // creation off (the topics exist) and short timings.
 func (e *secEnv) runArgs(user, dataDir, httpAddr string, extra ...string) []string {
@@ -284,7 +276,7 @@ func (e *secEnv) runArgs(user, dataDir, httpAddr string, extra ...string) []stri
 		"--create-topics=false", "--transactional-id", e.txnPrefix + randomID(),
 		"--grace", "100ms", "--commit-interval", "50ms", "--session-timeout", "6s"},
 		e.securityFlags(user)...)
-	return append(append(args, e.topicFlags()...), extra...)
+	return append(append(args, workload.TopicFlags(e.set)...), extra...)
 }
 
 // start runs `processor run` as user until the test ends.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -21,7 +22,7 @@ func TestSecureWorks(t *testing.T) {
 
 	cliUser, cliPass := e.user("cli", e.cliACLs())
 	args := append([]string{"leave", "--user", "9", "--wait", "--timeout", "60s"}, e.securityFlags(cliUser)...)
-	args = append(args, e.topicFlags()...)
+	args = append(args, workload.TopicFlags(e.set)...)
 	if o := runToEnd(t, 90*time.Second, cliPass, args...); o.err != nil {
 		t.Fatalf("processor leave: %v\n%s", o.err, o.out)
 	}

@@ -101,7 +101,7 @@ func (h *harness) latency(ctx context.Context, r *latencyResult) error {
 		"--signals", strconv.Itoa(int(r.TargetRate * duration.Seconds())), "--value-size", strconv.Itoa(h.o.load.ValueSize),
 		"--leave-pct", "0", "--rejoin-pct", "0", "--rate", strconv.Itoa(int(r.TargetRate)),
 		"--seed", strconv.FormatUint(h.o.load.Seed+1, 10), "--create-topics=false"}
-	lg = append(lg, topicFlags(set)...)
+	lg = append(lg, workload.TopicFlags(set)...)
 	h.printf("latency: signals at %s/s: loadgen %s", thousands(r.TargetRate), joinArgs(lg))
 	gen, err := h.procs.start("latency-loadgen", h.logPath("latency-loadgen"), nil, h.o.loadgen, lg...)
 	if err != nil {

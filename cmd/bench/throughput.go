@@ -180,17 +180,11 @@ func (h *harness) createTopics(ctx context.Context, set topics.Set, partitions i
 	return workload.CreateTopics(ctx, h.a.adm, set, partitions, -1)
 }
 
-// topicFlags are the topic flags of the processor and cmd/loadgen for set.
-func topicFlags(s topics.Set) []string {
-	return []string{"--commands-topic", string(s.Commands), "--signals-topic", string(s.Signals),
-		"--cohort-topic", string(s.Cohort), "--dlq-topic", string(s.DLQ), "--changelog-topic", string(s.Changelog)}
-}
-
 // processorArgs is the processor's command line: run, its group, data dir,
 // HTTP address and topics, then extra.
 func (h *harness) processorArgs(group, dataDir, addr string, set topics.Set, extra ...string) []string {
 	args := []string{"run", "--brokers", joinList(h.o.brokers), "--group", group, "--data-dir", dataDir, "--http-addr", addr}
-	args = append(args, topicFlags(set)...)
+	args = append(args, workload.TopicFlags(set)...)
 	return append(args, extra...)
 }
 

@@ -192,15 +192,20 @@ func (h *harness) header() {
 	fmt.Fprintf(h.out, rowFormat, "scenario", "signals_in", "forwarded", "expected", "duplicates", "lost", "leaked", "hanging", "dlq", "seconds")
 }
 
-func (h *harness) row(r result) {
+// tableRow prints r's line of the table.
+func (h *harness) tableRow(r result) {
 	rep := r.rep
 	fmt.Fprintf(h.out, rowFormat, r.sc.name, rep.SignalsIn, rep.Forwarded, rep.Expected, rep.Duplicates,
 		rep.Lost, rep.Leaked, rep.Hanging, rep.DLQ, fmt.Sprintf("%.1f", r.seconds))
-	if _, why := r.verdict(); why != "ok" {
+}
+
+func (h *harness) row(r result) {
+	h.tableRow(r)
+	pass, why := r.verdict()
+	if why != "ok" {
 		fmt.Fprintf(h.out, "%-22s %s\n", "", why)
 	}
-	pass, _ := r.verdict()
-	if d := rep.Details(); d != "" {
+	if d := r.rep.Details(); d != "" {
 		for _, line := range strings.Split(strings.TrimSpace(d), "\n") {
 			fmt.Fprintf(h.out, "%-22s   %s\n", "", line)
 		}
@@ -230,9 +235,7 @@ func (h *harness) summary(results []result) bool {
 	all := true
 	failed := 0
 	for _, r := range results {
-		rep := r.rep
-		fmt.Fprintf(h.out, rowFormat, r.sc.name, rep.SignalsIn, rep.Forwarded, rep.Expected, rep.Duplicates,
-			rep.Lost, rep.Leaked, rep.Hanging, rep.DLQ, fmt.Sprintf("%.1f", r.seconds))
+		h.tableRow(r)
 	}
 	fmt.Fprintln(h.out)
 	for _, r := range results {

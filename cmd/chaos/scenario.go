@@ -298,18 +298,16 @@ func (r *scenarioRun) newInstance(name string) *instance {
 		bin:     o.processor,
 		dir:     filepath.Join(r.dir, name),
 		logPath: filepath.Join(r.dir, name+".log"),
-		args: append([]string{
+		args: append(append(append([]string{
 			"--brokers", strings.Join(r.h.brokers, ","),
 			"--group", r.group,
-			"--commands-topic", string(r.set.Commands), "--signals-topic", string(r.set.Signals),
-			"--cohort-topic", string(r.set.Cohort), "--dlq-topic", string(r.set.DLQ),
-			"--changelog-topic", string(r.set.Changelog),
+		}, workload.TopicFlags(r.set)...),
 			"--partitions", fmt.Sprint(o.partitions),
 			"--replication-factor", "1",
 			"--session-timeout", o.sessionTimeout.String(),
 			"--grace", o.grace.String(),
 			"--log-level", o.logLevel,
-		}, r.sc.flags...),
+		), r.sc.flags...),
 		onExit: func(in *instance, unexpected bool, err error) {
 			if unexpected {
 				r.finding("%s exited on its own (%v); last lines:\n%s", in.name, err, indent(in.tail(15)))

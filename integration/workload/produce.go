@@ -227,6 +227,13 @@ func Topics(prefix string) topics.Set {
 	}
 }
 
+// TopicFlags are the command-line flags naming set's topics, as
+// `processor run` and `loadgen` take them.
+func TopicFlags(set topics.Set) []string {
+	return []string{"--commands-topic", string(set.Commands), "--signals-topic", string(set.Signals),
+		"--cohort-topic", string(set.Cohort), "--dlq-topic", string(set.DLQ), "--changelog-topic", string(set.Changelog)}
+}
+
 // CreateTopics creates the topics of set that are missing, as the
 // processor would (set.Specs: the commands topic co-partitioned with the
 // signals topic and kept forever), with partitions partitions and the
@@ -291,12 +298,8 @@ func poll(ctx context.Context, d time.Duration, cond func() error) error {
 		case time.Now().After(deadline):
 			return fmt.Errorf("not within %v: %w", d, err)
 		}
-		t := time.NewTimer(wait) // polling interval of a condition with a deadline
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-t.C:
+		if serr := Sleep(ctx, wait); serr != nil { // polling interval of a condition with a deadline
+			return fmt.Errorf("%w (last: %v)", serr, err)
 		}
 		wait = min(wait*2, 500*time.Millisecond)
 	}

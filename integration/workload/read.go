@@ -63,12 +63,8 @@ func openTransactions(ctx context.Context, adm *kadm.Client, grace time.Duration
 		if listErr != nil && time.Now().After(deadline) {
 			return nil, nil, listErr
 		}
-		t := time.NewTimer(wait) // polling interval of a condition with a deadline
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, nil, ctx.Err()
-		case <-t.C:
+		if err := Sleep(ctx, wait); err != nil { // polling interval of a condition with a deadline
+			return nil, nil, err
 		}
 		wait = min(wait*2, time.Second)
 	}
