@@ -192,7 +192,7 @@ func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd
 	if cmd.Op == topics.Rejoin {
 		op = membership.OpRejoin
 	}
-	change, err := b.Apply(op, cmd.UserID, at)
+	change, err := b.Apply(membership.Command{Op: op, UserID: cmd.UserID, AtNs: at, RequestID: cmd.RequestID})
 	switch {
 	case errors.Is(err, membership.ErrRejoinBeforeLeave):
 		return nil, dlq(topics.ReasonRejoinBeforeLeave, err), nil
@@ -251,7 +251,7 @@ func (a *applier) settle(b *membership.Batch, cmds []appliedCmd) ([]pendingOutbo
 			left := ac.change.After.LeftAtNs
 			if seen, late := ac.c.late(ac.r.Offset, left); late {
 				a.late(ac, left, seen)
-				if err := b.RecordLateLeave(ac.cmd.UserID, left, seen); err != nil {
+				if err := b.RecordLateLeave(ac.cmd.UserID, membership.LateLeave{LeftAtNs: left, ThroughNs: seen}); err != nil {
 					return nil, err
 				}
 			}

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -30,7 +31,7 @@ type Batch struct {
 	outbox  bool     // the batch holds outbox entries
 	claimed []uint64 // users this batch claimed, released by Commit or Close
 	bounds  [2 * stateKeyLen]byte
-	keyBuf  [historyKeyLen]byte
+	keyBuf  [identityKeyLen]byte
 }
 
 // NewBatch returns an empty batch.
@@ -38,38 +39,64 @@ func (s *Store) NewBatch() *Batch {
 	return &Batch{s: s, pb: s.db.NewIndexedBatch()}
 }
 
-// Leave is Apply(OpLeave, userID, atNs). See Store.Leave.
+// Leave is Apply of {OpLeave, userID, atNs, ""}. See Store.Leave.
 func (b *Batch) Leave(userID, atNs uint64) (Change, error) {
-	return b.Apply(OpLeave, userID, atNs)
+	return b.Apply(Command{Op: OpLeave, UserID: userID, AtNs: atNs})
 }
 
-// Rejoin is Apply(OpRejoin, userID, atNs). See Store.Rejoin.
+// Rejoin is Apply of {OpRejoin, userID, atNs, ""}. See Store.Rejoin.
 func (b *Batch) Rejoin(userID, atNs uint64) (Change, error) {
-	return b.Apply(OpRejoin, userID, atNs)
+	return b.Apply(Command{Op: OpRejoin, UserID: userID, AtNs: atNs})
 }
 
-// Apply adds op for userID at atNs (ns since the Unix epoch) to the batch
-// and returns what it does, given the store's committed state and the
-// batch's earlier commands. Nothing is durable before Commit.
-func (b *Batch) Apply(op Op, userID, atNs uint64) (Change, error) {
-	if err := b.claim(userID); err != nil {
+// Apply adds c to the batch and returns what it does, given the store's
+// committed state and the batch's earlier commands. Nothing is durable
+// before Commit.
+//
+// A command whose identity (all of c's fields) was applied to the user
+// before, in this batch or any committed one, is a duplicate: it changes
+// nothing (Change.Duplicate), whatever happened since. Every other command
+// is remembered, so that it is a duplicate when it comes again. A rejoin
+// before the open boundary changes nothing and returns an error wrapping
+// ErrRejoinBeforeLeave, but it is remembered all the same (so that, come
+// again, it is a duplicate rather than an error): the batch stays usable
+// and committing it records that the command was seen. Any other error
+// leaves the batch as it was.
+func (b *Batch) Apply(c Command) (Change, error) {
+	if err := b.claim(c.UserID); err != nil {
 		return Change{}, err
 	}
-	before, err := readMember(b.pb, userID, &b.bounds)
+	before, err := readMember(b.pb, c.UserID, &b.bounds)
 	if err != nil {
-		return Change{}, fmt.Errorf("membership: read user %d: %w", userID, err)
+		return Change{}, fmt.Errorf("membership: read user %d: %w", c.UserID, err)
 	}
-	c, err := transition(before, op, atNs)
-	if err != nil {
-		return Change{}, err
+	idKey := appendIdentityKey(b.keyBuf[:0], c)
+	switch _, closer, err := b.pb.Get(idKey); {
+	case err == nil:
+		closer.Close()
+		b.n++
+		return Change{Before: before, After: before, Duplicate: true}, nil
+	case !errors.Is(err, pebble.ErrNotFound):
+		return Change{}, fmt.Errorf("membership: read identity of %v of user %d at %d: %w", c.Op, c.UserID, c.AtNs, err)
 	}
-	if c.Changed {
-		if err := b.write(c); err != nil {
-			return Change{}, fmt.Errorf("membership: %v user %d at %d: %w", op, userID, atNs, err)
+	ch, refused := transition(before, c.Op, c.AtNs)
+	if refused != nil && !errors.Is(refused, ErrRejoinBeforeLeave) {
+		return Change{}, refused
+	}
+	if ch.Changed {
+		if err := b.write(ch); err != nil {
+			return Change{}, fmt.Errorf("membership: %v user %d at %d: %w", c.Op, c.UserID, c.AtNs, err)
 		}
 	}
+	// write reused keyBuf: the identity key is made again.
+	if err := b.pb.Set(appendIdentityKey(b.keyBuf[:0], c), nil, nil); err != nil {
+		return Change{}, fmt.Errorf("membership: remember %v of user %d at %d: %w", c.Op, c.UserID, c.AtNs, err)
+	}
 	b.n++
-	return c, nil
+	if refused != nil {
+		return Change{Before: before, After: before}, refused
+	}
+	return ch, nil
 }
 
 // usable reports why the batch cannot take another call.
@@ -105,22 +132,24 @@ func (b *Batch) Member(userID uint64) (Member, error) {
 	return m, nil
 }
 
-// RecordLateLeave records that signals of userID with event times in
-// [leftAtNs, throughNs] may have been forwarded although the user had left
-// at leftAtNs, because the leave arrived after them. It claims the user.
+// RecordLateLeave records the late-leave window w of userID: signals of the
+// user with event times in [w.LeftAtNs, w.ThroughNs] may have been forwarded
+// although the user had left at w.LeftAtNs, because the leave arrived after
+// them. It claims the user.
 //
-// leftAtNs must be where one of the user's episodes starts, open or closed,
-// as the batch sees the user (Change.After.LeftAtNs of the leave that came
-// late), and throughNs must not be before it; otherwise the error wraps
-// ErrInvalid and nothing is written. A window for the same leave that is
-// already recorded keeps the larger throughNs: recording one that reaches no
-// further writes nothing.
-func (b *Batch) RecordLateLeave(userID, leftAtNs, throughNs uint64) error {
+// w.LeftAtNs must lie in one of the user's episodes, open or closed, as the
+// batch sees the user, and w.ThroughNs must not be before it; otherwise the
+// error wraps ErrInvalid and nothing is written. The window is recorded at
+// the start of that episode (the episode's leave may have moved back since
+// the window was seen). A window of the same leave that is already recorded
+// is merged: the later ThroughNs, exact only if both are. Recording a window
+// that adds nothing writes nothing.
+func (b *Batch) RecordLateLeave(userID uint64, w LateLeave) error {
 	if err := b.usable(); err != nil {
 		return err
 	}
-	if throughNs < leftAtNs {
-		return errInvalidf("late leave of user %d at %d: forwarded through %d, before the leave", userID, leftAtNs, throughNs)
+	if w.ThroughNs < w.LeftAtNs {
+		return errInvalidf("late leave of user %d at %d: forwarded through %d, before the leave", userID, w.LeftAtNs, w.ThroughNs)
 	}
 	if err := b.claim(userID); err != nil {
 		return err
@@ -129,17 +158,23 @@ func (b *Batch) RecordLateLeave(userID, leftAtNs, throughNs uint64) error {
 	if err != nil {
 		return fmt.Errorf("membership: read user %d: %w", userID, err)
 	}
-	if !m.startsEpisode(leftAtNs) {
-		return errInvalidf("late leave of user %d at %d: no episode of the user starts there", userID, leftAtNs)
+	start, ok := m.episodeStart(w.LeftAtNs)
+	if !ok {
+		return errInvalidf("late leave of user %d at %d: in no episode of the user", userID, w.LeftAtNs)
 	}
-	i, found := slices.BinarySearchFunc(m.LateLeaves, leftAtNs, func(w LateLeave, ns uint64) int { return cmp.Compare(w.LeftAtNs, ns) })
-	if found && m.LateLeaves[i].ThroughNs >= throughNs {
-		return nil
+	w.LeftAtNs = start
+	i, found := slices.BinarySearchFunc(m.LateLeaves, start, func(x LateLeave, ns uint64) int { return cmp.Compare(x.LeftAtNs, ns) })
+	if found {
+		merged := m.LateLeaves[i].merge(w)
+		if merged == m.LateLeaves[i] {
+			return nil
+		}
+		w = merged
 	}
-	key := appendLateLeaveKey(b.keyBuf[:0], userID, leftAtNs)
-	v := encodeLateLeave(LateLeave{LeftAtNs: leftAtNs, ThroughNs: throughNs})
+	key := appendLateLeaveKey(b.keyBuf[:0], userID, start)
+	v := encodeLateLeave(w)
 	if err := b.pb.Set(key, v[:], nil); err != nil {
-		return fmt.Errorf("membership: record late leave of user %d at %d: %w", userID, leftAtNs, err)
+		return fmt.Errorf("membership: record late leave of user %d at %d: %w", userID, start, err)
 	}
 	return nil
 }
@@ -190,16 +225,34 @@ func (b *Batch) AddOutbox(value []byte) (seq uint64, err error) {
 
 // write stages the records that differ between c.Before and c.After. A
 // rejoin writes the closed episode and the Active state together, so no
-// reader of a committed store sees one without the other.
+// reader of a committed store sees one without the other; a reopened empty
+// episode goes with the Left state that replaces it, and a window carried
+// to a moved boundary with the boundary.
 func (b *Batch) write(c Change) error {
+	user := c.After.UserID
 	if c.Closed != nil {
-		key := appendHistoryKey(b.keyBuf[:0], c.After.UserID, c.Closed.LeftAtNs)
+		key := appendHistoryKey(b.keyBuf[:0], user, c.Closed.LeftAtNs)
 		v := encodeHistory(*c.Closed)
 		if err := b.pb.Set(key, v[:], nil); err != nil {
 			return err
 		}
 	}
-	key := appendStateKey(b.keyBuf[:0], c.After.UserID)
+	if c.Reopened != nil {
+		if err := b.pb.Delete(appendHistoryKey(b.keyBuf[:0], user, c.Reopened.LeftAtNs), nil); err != nil {
+			return err
+		}
+	}
+	if c.MovedFrom != 0 && !slices.Equal(c.Before.LateLeaves, c.After.LateLeaves) {
+		if err := b.pb.Delete(appendLateLeaveKey(b.keyBuf[:0], user, c.MovedFrom), nil); err != nil {
+			return err
+		}
+		w := c.After.LateLeaves[len(c.After.LateLeaves)-1] // the open episode's, last
+		v := encodeLateLeave(w)
+		if err := b.pb.Set(appendLateLeaveKey(b.keyBuf[:0], user, w.LeftAtNs), v[:], nil); err != nil {
+			return err
+		}
+	}
+	key := appendStateKey(b.keyBuf[:0], user)
 	v := encodeState(c.After.CommunityMembership)
 	return b.pb.Set(key, v[:], nil)
 }

@@ -123,7 +123,7 @@ func BenchmarkBatchApply(b *testing.B) {
 			i := uint64(0)
 			for b.Loop() {
 				op := OpLeave + Op(i&1)
-				if _, err := batch.Apply(op, spread(i>>1), 1764633600000000000+i); err != nil {
+				if _, err := batch.Apply(Command{Op: op, UserID: spread(i >> 1), AtNs: 1764633600000000000 + i}); err != nil {
 					b.Fatal(err)
 				}
 				i++

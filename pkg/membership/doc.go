@@ -25,38 +25,51 @@
 // the same bytes. [OpenEnd] (math.MaxUint64) marks an episode that is still
 // open and is therefore not a valid command time.
 //
+// # Commands and their identity
+//
+// A [Command] is an op, a user, a boundary and an optional request id; all
+// four are its identity. The store remembers the identity of every command
+// it applied (or refused), and a command whose identity it has seen for the
+// user is a duplicate: it changes nothing, whatever happened in between. So
+// a command delivered again (a producer's retry, a re-published record) can
+// never reopen a leave after a rejoin, or close one after a later leave.
+//
+// A leave's boundary is first raised to the end of the user's last closed
+// episode, if it is earlier: history is never rewritten. Then an Active user
+// becomes Left at it; a Left user whose left_at is later has it moved back
+// (privacy first: the earliest boundary wins), and a late-leave window of
+// the open episode moves with it; otherwise nothing changes. A rejoin closes
+// the open episode [left_at, at) and makes the user Active; a rejoin at
+// left_at closes the empty episode [left_at, left_at), which holds no signal
+// (a leave and a rejoin in the same instant, ordered by their arrival), and a
+// rejoin before left_at is refused with [ErrRejoinBeforeLeave]. A rejoin of
+// an Active user changes nothing. A leave whose boundary comes out equal to
+// the start of the last closed episode (which is then the empty [t, t))
+// reopens it: the episode leaves the history, the user is Left at t.
+//
 // # Invariants
 //
 // For every user, at every commit:
 //
-//   - Episodes are non-empty (left_at < rejoined_at), pairwise disjoint and
-//     ascending; the open episode, if any, starts at or after the end of
-//     the last closed one.
-//   - History is append-only: a closed episode is never rewritten or removed.
-//   - Leaving while Left keeps the first boundary; rejoining while Active
-//     changes nothing. Neither writes a byte.
-//   - A leave, on an Active user, whose time equals the left_at of one of
-//     the user's closed episodes is that episode's leave delivered again
-//     after the rejoin (a re-published record, say): it changes nothing and
-//     writes no byte. It is recognised by the stored left_at only, so a
-//     leave that was clamped when first applied is not recognised again;
-//     it is clamped anew.
-//   - A leave that arrives with a time before the end of the last closed
-//     episode is clamped to that end (see [Store.Leave]), which is what keeps
-//     episodes disjoint without rewriting history.
-//   - A rejoin at or before the open boundary is refused with
-//     [ErrRejoinBeforeLeave]; it would make an empty or inverted episode.
+//   - Episodes are ordered (left_at <= rejoined_at), pairwise disjoint and
+//     ascending, no two start at the same instant, and the open episode, if
+//     any, starts at or after the end of the last closed one. Only a closed
+//     episode may be empty.
+//   - History is append-only, except that an empty last episode is taken
+//     out by a leave that reopens it.
+//   - A duplicate writes no byte. A leave or rejoin that changes no state
+//     writes only its identity.
 //   - A user's state and the checkpoint of the command that produced it are
 //     committed in one Pebble batch ([Batch]), so after a crash either both
-//     or neither are present. So are the late-leave windows, notes and
-//     outbox entries added to the same batch.
+//     or neither are present. So are the identities, late-leave windows,
+//     notes and outbox entries added to the same batch.
 //   - A late-leave window ([LateLeave], [Batch.RecordLateLeave]) starts
 //     where one of the user's episodes starts, and forwarded_through is not
-//     before it. Recording it again keeps the larger forwarded_through.
-//     History and late-leave records exist only beside the user's
-//     current-state record; a note may exist alone, on a user who never
-//     left, who is Active with no history.
-//
+//     before it. Recording it again merges the two: the larger
+//     forwarded_through, exact only if both were. History and late-leave
+//     records exist only beside the user's current-state record; a note may
+//     exist alone, on a user who never left, who is Active with no history.
+
 // # Late leaves and notes
 //
 // When a leave arrives after signals at or after its boundary were already
@@ -93,12 +106,10 @@
 // with [Batch.SetCheckpoint] in the same batch as the state it accounts for.
 // The package stores it as given; keeping it monotonic is the caller's job.
 //
-// Each command is idempotent, but a command log is not: applied again after
-// later commands, an old command can change the state (a leave that was
-// clamped, applied again after a later rejoin, opens a new leave) or fail
-// (an old rejoin after a later leave is refused). That is why the checkpoint commits with the
-// state: a restarted consumer resumes exactly after the last command the
-// store has, and never applies a command twice.
+// Every command is idempotent by its identity, so a consumer may apply a
+// stretch of its command log again (after a handover, say) without changing
+// the state. The checkpoint still commits with the state, so that a
+// restarted consumer resumes after the last command the store has.
 //
 // # Encoding
 //
@@ -107,11 +118,11 @@
 // decode exactly is reported as an error wrapping [ErrCorrupt] that names
 // its key; the package never guesses.
 //
-// The late-leave ([TagLateLeave]) and note ([TagNote]) records and the
-// outbox key space came before any store shipped, so the format version is
-// still 1. A reader from before them refuses such a store safely: its
-// Restore reports the new tags as unknown, with ErrCorrupt, so a processor
-// built with it does not start; it never reads the outbox space.
+// The format version is 2: version 2 added the identities and the flags of
+// late-leave windows, and allows empty episodes. A version-1 store is
+// refused (it never recorded identities, so it cannot be upgraded in place);
+// the processor rebuilds the state from the commands topic into an empty
+// directory.
 //
 // # Concurrency
 //

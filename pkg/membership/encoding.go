@@ -2,12 +2,13 @@ package membership
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"math"
 	"strings"
 )
 
-// The store holds four kinds of records. Their key spaces are told apart by
+// The store holds five kinds of records. Their key spaces are told apart by
 // the first key byte, so no key of one space can equal or fall between keys
 // of another whatever follows it: a user ID, topic name, metadata name or
 // sequence number can never be mistaken for another kind of record, and a
@@ -17,11 +18,16 @@ import (
 //	checkpoints  0x02 ‖ topic ‖ 0x00 ‖ partition u32 BE
 //	metadata     0x03 ‖ name
 //	outbox       0x04 ‖ seq u64 BE
+//	identities   0x05 ‖ user_id u64 BE ‖ digest (16 bytes)
+//
+// Identities are a space of their own, not a tag of the users space, so
+// that restoring the gate (a scan of the users space) never reads them.
 const (
 	spaceUsers       byte = 0x01
 	spaceCheckpoints byte = 0x02
 	spaceMeta        byte = 0x03
 	spaceOutbox      byte = 0x04
+	spaceIdentities  byte = 0x05
 )
 
 // Tags of the records in the users key space. The tag follows the user ID, so
@@ -43,9 +49,11 @@ const (
 //
 //	tag 0x11, suffix empty           current state: [status][left_at_ns u64 LE],
 //	                                 exactly 9 bytes, left_at_ns 0 when Active
-//	tag 0x11, suffix left_at u64 BE  one closed episode: rejoined_at_ns u64 LE
+//	tag 0x11, suffix left_at u64 BE  one closed episode: rejoined_at_ns u64 LE,
+//	                                 at or after left_at (equal: empty episode)
 //	tag 0x12, suffix left_at u64 BE  one late-leave window: forwarded_through_ns
-//	                                 u64 LE, at or after left_at
+//	                                 u64 LE, at or after left_at, then a flags
+//	                                 byte: 0x01 exact, no other bit set
 //	tag 0x13, suffix empty           the note: 1 to MaxNoteLen opaque bytes
 //
 // A key sorts before every key it prefixes, so a user's history follows the
@@ -61,8 +69,11 @@ const (
 	noteKeyLen        = userPrefixLen
 	stateValueLen     = 1 + 8
 	historyValueLen   = 8
-	lateLeaveValueLen = 8
+	lateLeaveValueLen = 8 + 1
 )
+
+// lateLeaveExact is the flag bit of an exact late-leave window.
+const lateLeaveExact = 0x01
 
 // MaxNoteLen is the largest note [Batch.SetNote] takes, in bytes. A note is
 // read on every command for its user, so it is kept small.
@@ -74,6 +85,17 @@ const MaxNoteLen = 4096
 const (
 	topicTerminator    = 0x00
 	checkpointValueLen = 8
+)
+
+// Identities: one record per command applied (or refused) for a user, so
+// that the same command delivered again is recognised. The key ends with the
+// first 16 bytes of SHA-256 over the identity: op (1 byte) ‖ at_ns u64 BE ‖
+// request_id bytes. The value is empty. Two distinct identities of one
+// user collide with probability about n²/2^129 for n of them: far below
+// anything else that can go wrong.
+const (
+	identityDigestLen = 16
+	identityKeyLen    = 1 + 8 + identityDigestLen
 )
 
 // Outbox entries: the key is the entry's sequence number, u64 BE so that key
@@ -89,21 +111,21 @@ const (
 )
 
 // MaxOutboxValueLen is the largest outbox entry [Batch.AddOutbox] takes, in
-// bytes.
-const MaxOutboxValueLen = 1 << 20
+// bytes. Entries carry copies of whole Kafka records (a dead letter, say),
+// so it is well above Kafka's default max.message.bytes of 1 MiB.
+const MaxOutboxValueLen = 16 << 20
 
 // formatVersion is the layout described in this file. It is stored under
 // metaFormatKey as a u32 LE when a store is created, and a store whose
 // version differs is refused: a reader that guessed at a layout it does not
 // know would report wrong boundaries, which is worse than not starting.
 //
-// The late-leave and note tags and the outbox space were added before any
-// store was shipped, so the version is still 1. A reader from before them
-// refuses a store that has them, safely: its Restore reports the new tags as
-// unknown (ErrCorrupt), so the processor does not start, and it never scans
-// the outbox space.
+// Version 2 added the identities space, the flags byte of late-leave
+// windows and empty closed episodes. A version-1 store cannot be upgraded in
+// place (it never kept identities), so it is refused: the state is rebuilt
+// from the commands topic into an empty directory.
 const (
-	formatVersion  uint32 = 1
+	formatVersion  uint32 = 2
 	formatValueLen        = 4
 	metaFormatName        = "format"
 )
@@ -171,7 +193,24 @@ func encodeHistory(e Episode) [historyValueLen]byte {
 func encodeLateLeave(w LateLeave) [lateLeaveValueLen]byte {
 	var v [lateLeaveValueLen]byte
 	binary.LittleEndian.PutUint64(v[:], w.ThroughNs)
+	if w.Exact {
+		v[8] = lateLeaveExact
+	}
 	return v
+}
+
+// appendIdentityKey appends the identity key of c to dst.
+func appendIdentityKey(dst []byte, c Command) []byte {
+	var head [1 + 8]byte
+	head[0] = byte(c.Op)
+	binary.BigEndian.PutUint64(head[1:], c.AtNs)
+	h := sha256.New()
+	h.Write(head[:])
+	h.Write([]byte(c.RequestID))
+	var sum [sha256.Size]byte
+	dst = append(dst, spaceIdentities)
+	dst = binary.BigEndian.AppendUint64(dst, c.UserID)
+	return append(dst, h.Sum(sum[:0])[:identityDigestLen]...)
 }
 
 // recordKind says which record of the users key space a key names. The
@@ -269,8 +308,8 @@ func decodeHistoryValue(key []byte, leftAtNs uint64, value []byte) (Episode, err
 		return Episode{}, corruptf(key, "history value has %d bytes, want %d", len(value), historyValueLen)
 	}
 	e := Episode{LeftAtNs: leftAtNs, RejoinedAtNs: binary.LittleEndian.Uint64(value)}
-	if e.RejoinedAtNs <= e.LeftAtNs {
-		return Episode{}, corruptf(key, "episode rejoined_at %d is not after left_at %d", e.RejoinedAtNs, e.LeftAtNs)
+	if e.RejoinedAtNs < e.LeftAtNs {
+		return Episode{}, corruptf(key, "episode rejoined_at %d is before left_at %d", e.RejoinedAtNs, e.LeftAtNs)
 	}
 	if e.RejoinedAtNs == OpenEnd {
 		return Episode{}, corruptf(key, "closed episode with rejoined_at OpenEnd (math.MaxUint64)")
@@ -298,7 +337,14 @@ func decodeLateLeaveValue(key []byte, leftAtNs uint64, value []byte) (LateLeave,
 	if len(value) != lateLeaveValueLen {
 		return LateLeave{}, corruptf(key, "late-leave value has %d bytes, want %d", len(value), lateLeaveValueLen)
 	}
-	w := LateLeave{LeftAtNs: leftAtNs, ThroughNs: binary.LittleEndian.Uint64(value)}
+	w := LateLeave{LeftAtNs: leftAtNs, ThroughNs: binary.LittleEndian.Uint64(value[:8])}
+	switch flags := value[8]; flags {
+	case 0:
+	case lateLeaveExact:
+		w.Exact = true
+	default:
+		return LateLeave{}, corruptf(key, "late-leave flags 0x%02x, want 0x00 or 0x01", flags)
+	}
 	if w.ThroughNs < w.LeftAtNs {
 		return LateLeave{}, corruptf(key, "late-leave window forwarded through %d, before its left_at %d", w.ThroughNs, w.LeftAtNs)
 	}

@@ -13,8 +13,9 @@ var (
 	ErrCorrupt = errors.New("membership: corrupt record")
 
 	// ErrRejoinBeforeLeave is wrapped by the error of a rejoin whose time is
-	// at or before the user's open leave boundary. Nothing is written.
-	ErrRejoinBeforeLeave = errors.New("membership: rejoin at or before leave")
+	// before the user's open leave boundary. No state changes; the
+	// command's identity is remembered (see Batch.Apply).
+	ErrRejoinBeforeLeave = errors.New("membership: rejoin before leave")
 
 	// ErrConflict is wrapped by the error of a command for a user that another
 	// open batch has already claimed. See the package documentation, section

@@ -82,7 +82,7 @@ func ExampleStore_Outbox() {
 		log.Fatal(err)
 	}
 	// A signal at t0+5s was forwarded before the leave arrived.
-	if err := b.RecordLateLeave(42, c.After.LeftAtNs, t0+5e9); err != nil {
+	if err := b.RecordLateLeave(42, membership.LateLeave{LeftAtNs: c.After.LeftAtNs, ThroughNs: t0 + 5e9}); err != nil {
 		log.Fatal(err)
 	}
 	if err := b.SetNote(42, []byte(`{"request_id":"r-1"}`)); err != nil {
@@ -110,6 +110,6 @@ func ExampleStore_Outbox() {
 		log.Fatal(err)
 	}
 	// Output:
-	// late leaves: [{1764633600000000000 1764633605000000000}] note: {"request_id":"r-1"}
+	// late leaves: [{1764633600000000000 1764633605000000000 false}] note: {"request_id":"r-1"}
 	// deliver: 1 changelog: user 42 left
 }

@@ -81,7 +81,7 @@ func FuzzDecodeHistory(f *testing.F) {
 			checkCorrupt(t, key, err)
 			return
 		}
-		if e.RejoinedAtNs <= e.LeftAtNs || e.IsOpen() {
+		if e.RejoinedAtNs < e.LeftAtNs || e.IsOpen() {
 			t.Fatalf("accepted episode %+v", e)
 		}
 		v := encodeHistory(e)
@@ -271,7 +271,7 @@ func checkMemberInvariants(t *testing.T, m Member) {
 	t.Helper()
 	eps := m.Episodes(nil)
 	for j, e := range eps {
-		if e.RejoinedAtNs <= e.LeftAtNs || (j > 0 && e.LeftAtNs < eps[j-1].RejoinedAtNs) {
+		if e.RejoinedAtNs < e.LeftAtNs || (j > 0 && (e.LeftAtNs < eps[j-1].RejoinedAtNs || e.LeftAtNs == eps[j-1].LeftAtNs)) {
 			t.Fatalf("user %d: bad episodes %v", m.UserID, eps)
 		}
 	}
@@ -365,9 +365,11 @@ func FuzzCommands(f *testing.F) {
 				if i := int(ctl >> 5); i < 7 && len(eps) > 0 {
 					left = eps[i%len(eps)].LeftAtNs
 				}
+				exact := ctl>>5&1 == 1
 				b := s.NewBatch()
-				err := b.RecordLateLeave(user, left, through)
-				if through < left || !m.startsEpisode(left) {
+				err := b.RecordLateLeave(user, LateLeave{LeftAtNs: left, ThroughNs: through, Exact: exact})
+				start, inEpisode := m.episodeStart(left)
+				if through < left || !inEpisode {
 					if !errors.Is(err, ErrInvalid) || !b.pb.Empty() {
 						t.Fatalf("RecordLateLeave(%d, %d, %d) on %+v: %v; want ErrInvalid", user, left, through, m, err)
 					}
@@ -379,17 +381,19 @@ func FuzzCommands(f *testing.F) {
 				}
 				// Again: no bytes.
 				n := b.pb.Len()
-				if err := b.RecordLateLeave(user, left, through); err != nil || b.pb.Len() != n {
+				if err := b.RecordLateLeave(user, LateLeave{LeftAtNs: left, ThroughNs: through, Exact: exact}); err != nil || b.pb.Len() != n {
 					t.Fatalf("RecordLateLeave repeated: %v, batch grew from %d to %d bytes", err, n, b.pb.Len())
 				}
 				if err := b.Commit(); err != nil {
 					t.Fatal(err)
 				}
-				i, found := slices.BinarySearchFunc(m.LateLeaves, left, func(w LateLeave, ns uint64) int { return cmp.Compare(w.LeftAtNs, ns) })
+				// The window goes to the start of the episode holding left, merged.
+				i, found := slices.BinarySearchFunc(m.LateLeaves, start, func(w LateLeave, ns uint64) int { return cmp.Compare(w.LeftAtNs, ns) })
 				if found {
 					m.LateLeaves[i].ThroughNs = max(m.LateLeaves[i].ThroughNs, through)
+					m.LateLeaves[i].Exact = m.LateLeaves[i].Exact && exact
 				} else {
-					m.LateLeaves = slices.Insert(m.LateLeaves, i, LateLeave{left, through})
+					m.LateLeaves = slices.Insert(m.LateLeaves, i, LateLeave{LeftAtNs: start, ThroughNs: through, Exact: exact})
 				}
 				want[user] = m
 			case 2:
@@ -495,32 +499,43 @@ func fuzzCommand(t *testing.T, s *Store, op Op, user, at uint64) (Change, bool) 
 	t.Helper()
 	b := s.NewBatch()
 	defer b.Close()
-	c, err := b.Apply(op, user, at)
+	c, err := b.Apply(Command{Op: op, UserID: user, AtNs: at})
 	if err != nil {
 		if !errors.Is(err, ErrRejoinBeforeLeave) && !errors.Is(err, ErrInvalid) {
 			t.Fatalf("%v user %d at %d: %v", op, user, at, err)
 		}
 		return Change{}, false
 	}
-	// The same command again, in the same batch, is a no-op.
-	c2, err := b.Apply(op, user, at)
-	if err != nil || c2.Changed || !equalMember(c2.After, c.After) {
+	// The same command again, in the same batch, is a duplicate.
+	c2, err := b.Apply(Command{Op: op, UserID: user, AtNs: at})
+	if err != nil || c2.Changed || !c2.Duplicate || !equalMember(c2.After, c.After) {
 		t.Fatalf("%v user %d at %d repeated: %+v, %v", op, user, at, c2, err)
 	}
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if op == OpLeave && c.Before.Status == Active {
-		again := slices.ContainsFunc(c.Before.History, func(e Episode) bool { return e.LeftAtNs == at })
-		if c.Changed == again {
-			t.Fatalf("leave of user %d at %d, a closed episode's leave again: %v, changed %v: %+v", user, at, again, c.Changed, c)
-		}
+	// A new leave of an Active user always opens an episode.
+	if op == OpLeave && c.Before.Status == Active && !c.Duplicate && !c.Changed {
+		t.Fatalf("leave of active user %d at %d changed nothing: %+v", user, at, c)
 	}
-	if !slices.Equal(c.After.History[:len(c.Before.History)], c.Before.History) {
+	// History is append-only, but for a reopened empty last episode.
+	kept := c.Before.History
+	if c.Reopened != nil {
+		n := len(kept)
+		if n == 0 || kept[n-1] != *c.Reopened || !c.Reopened.IsEmpty() || c.After.LeftAtNs != c.Reopened.LeftAtNs {
+			t.Fatalf("reopened %+v of history %v, now left at %d", c.Reopened, kept, c.After.LeftAtNs)
+		}
+		kept = kept[:n-1]
+	}
+	if len(c.After.History) < len(kept) || !slices.Equal(c.After.History[:len(kept)], kept) {
 		t.Fatalf("history rewritten: %v -> %v", c.Before.History, c.After.History)
 	}
-	if !slices.Equal(c.After.LateLeaves, c.Before.LateLeaves) || !bytes.Equal(c.After.Note, c.Before.Note) {
+	// Late leaves change only by following a boundary that moved back.
+	if c.MovedFrom == 0 && !slices.Equal(c.After.LateLeaves, c.Before.LateLeaves) || !bytes.Equal(c.After.Note, c.Before.Note) {
 		t.Fatalf("command changed late leaves or note: %+v", c)
+	}
+	if c.MovedFrom != 0 && (c.Before.Status != Left || c.After.LeftAtNs >= c.MovedFrom || c.MovedFrom != c.Before.LeftAtNs) {
+		t.Fatalf("leave moved from %d: %+v", c.MovedFrom, c)
 	}
 	checkMemberInvariants(t, c.After)
 	return c, true

@@ -106,7 +106,7 @@ func TestGoldenRecords(t *testing.T) {
 				t.Errorf("line %d: decodeHistory = %d, %+v, %v", r.line, gotUser, got, err)
 			}
 		case "late_leave":
-			user, w := r.u64(t, "user"), LateLeave{r.u64(t, "left_at"), r.u64(t, "through")}
+			user, w := r.u64(t, "user"), LateLeave{LeftAtNs: r.u64(t, "left_at"), ThroughNs: r.u64(t, "through"), Exact: r.u64(t, "exact") == 1}
 			v := encodeLateLeave(w)
 			key, value = appendLateLeaveKey(nil, user, w.LeftAtNs), v[:]
 			gotUser, got, err := decodeLateLeave(r.key, r.value)
@@ -130,6 +130,17 @@ func TestGoldenRecords(t *testing.T) {
 			if err != nil || got != seq || string(r.value) != text {
 				t.Errorf("line %d: decodeOutboxKey = %d, %v", r.line, got, err)
 			}
+		case "identity":
+			c := Command{UserID: r.u64(t, "user"), AtNs: r.u64(t, "at"), RequestID: r.fields["request_id"]}
+			switch r.fields["op"] {
+			case "leave":
+				c.Op = OpLeave
+			case "rejoin":
+				c.Op = OpRejoin
+			default:
+				t.Fatalf("line %d: op %q", r.line, r.fields["op"])
+			}
+			key, value = appendIdentityKey(nil, c), []byte{}
 		case "outbox-seq":
 			v := encodeOutboxSeq(r.u64(t, "last"))
 			key, value = metaOutboxSeqKey, v[:]
@@ -159,7 +170,7 @@ func TestGoldenRecords(t *testing.T) {
 			t.Errorf("line %d: %s value\n got %x\nwant %x", r.line, r.kind, value, r.value)
 		}
 	}
-	for _, kind := range []string{"format", "outbox-seq", "state", "history", "late_leave", "note", "checkpoint", "outbox"} {
+	for _, kind := range []string{"format", "outbox-seq", "state", "history", "late_leave", "note", "checkpoint", "outbox", "identity"} {
 		if !seen[kind] {
 			t.Errorf("testdata/records.golden has no %s record", kind)
 		}
@@ -183,10 +194,12 @@ func TestGoldenStore(t *testing.T) {
 	}
 	must(s.Leave(42, t3))
 	must(s.Leave(7, t2))
-	must(s.Leave(7, t1)) // no-op: keeps the first boundary
+	must(s.Leave(7, t1)) // the earliest boundary wins
 	must(s.Leave(9, t2))
 	must(s.Rejoin(9, t3))
 	must(s.Leave(9, t1)) // clamped to t3
+	must(s.Apply(Command{Op: OpLeave, UserID: 11, AtNs: t1, RequestID: "r-1"}))
+	must(s.Rejoin(11, t1)) // the empty episode [t1, t1)
 	b := s.NewBatch()
 	defer b.Close()
 	must(b.Leave(0x0102030405060708, 1))
@@ -200,11 +213,11 @@ func TestGoldenStore(t *testing.T) {
 		}
 	}
 	for _, err := range []error{
-		b.RecordLateLeave(42, t3, t3+60e9),
-		b.RecordLateLeave(42, t3, t3+1), // keeps the larger window
+		b.RecordLateLeave(42, LateLeave{LeftAtNs: t3, ThroughNs: t3 + 60e9, Exact: true}),
+		b.RecordLateLeave(42, LateLeave{LeftAtNs: t3, ThroughNs: t3 + 1}), // keeps the larger window, not exact
 		b.SetNote(0x0102030405060708, []byte(`{"op":"leave"}`)),
 		b.SetNote(0x0102030405060708, []byte(`{"op":"rejoin","request_id":"r-1"}`)), // the last note wins
-		b.SetNote(5, []byte("n")),                                                   // a user who never left
+		b.SetNote(5, []byte("n")), // a user who never left
 	} {
 		if err != nil {
 			t.Fatal(err)

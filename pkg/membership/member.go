@@ -137,6 +137,8 @@ func (a *assembler) flush() error {
 	case m.Status == Left && n > 0 && m.LeftAtNs < m.History[n-1].RejoinedAtNs:
 		last := m.History[n-1]
 		return corruptf(appendStateKey(nil, m.UserID), "open leave at %d overlaps episode [%d, %d)", m.LeftAtNs, last.LeftAtNs, last.RejoinedAtNs)
+	case m.Status == Left && n > 0 && m.LeftAtNs == m.History[n-1].LeftAtNs:
+		return corruptf(appendStateKey(nil, m.UserID), "open leave at %d starts where the closed episode [%d, %d) does", m.LeftAtNs, m.History[n-1].LeftAtNs, m.History[n-1].RejoinedAtNs)
 	}
 	return a.emit(m)
 }
@@ -149,6 +151,29 @@ func (m *Member) startsEpisode(ns uint64) bool {
 	}
 	_, ok := slices.BinarySearchFunc(m.History, ns, func(e Episode, ns uint64) int { return cmp.Compare(e.LeftAtNs, ns) })
 	return ok
+}
+
+// episodeStart returns the start of m's episode that holds ns: the open one
+// if ns is at or after left_at, else the closed one with LeftAtNs <= ns <
+// RejoinedAtNs, or the empty one starting at ns.
+func (m *Member) episodeStart(ns uint64) (uint64, bool) {
+	if m.Status == Left && m.LeftAtNs <= ns {
+		return m.LeftAtNs, true
+	}
+	// The last episode starting at or before ns is the only candidate:
+	// episodes are disjoint and ascending.
+	i, found := slices.BinarySearchFunc(m.History, ns, func(e Episode, ns uint64) int { return cmp.Compare(e.LeftAtNs, ns) })
+	if !found {
+		i--
+	}
+	if i < 0 {
+		return 0, false
+	}
+	e := m.History[i]
+	if e.Contains(ns) || (e.IsEmpty() && e.LeftAtNs == ns) {
+		return e.LeftAtNs, true
+	}
+	return 0, false
 }
 
 // reader is what readMember needs of a *pebble.DB or an indexed *pebble.Batch.

@@ -9,8 +9,10 @@ import (
 type step struct {
 	op          Op
 	user, at    uint64
-	wantErr     error // sentinel the error must wrap, or nil
+	req         string // request id, "" for none
+	wantErr     error  // sentinel the error must wrap, or nil
 	wantChanged bool
+	wantDup     bool
 }
 
 func leave(user, at uint64, changed bool) step {
@@ -20,6 +22,13 @@ func leave(user, at uint64, changed bool) step {
 func rejoin(user, at uint64, changed bool) step {
 	return step{op: OpRejoin, user: user, at: at, wantChanged: changed}
 }
+
+// with gives the step a request id, making it another command than one
+// with the same op, user and time but another id.
+func (s step) with(req string) step { s.req = req; return s }
+
+// dup is a step whose identity was applied before: it changes nothing.
+func (s step) dup() step { s.wantDup, s.wantChanged = true, false; return s }
 
 func failing(op Op, user, at uint64, sentinel error) step {
 	return step{op: op, user: user, at: at, wantErr: sentinel}
@@ -49,9 +58,9 @@ var semanticsCases = []struct {
 		want:  []Member{member(1, Active, 0, Episode{0, 1})},
 	},
 	{
-		name:  "leave twice keeps the first boundary",
-		steps: []step{leave(1, 100, true), leave(1, 200, false), leave(1, 50, false)},
-		want:  []Member{member(1, Left, 100)},
+		name:  "leaving while left keeps the earliest boundary",
+		steps: []step{leave(1, 100, true), leave(1, 200, false), leave(1, 50, true), leave(1, 70, false)},
+		want:  []Member{member(1, Left, 50)},
 	},
 	{
 		name:  "rejoin of absent user is a no-op",
@@ -69,14 +78,46 @@ var semanticsCases = []struct {
 		want:  []Member{member(1, Active, 0, Episode{100, 200})},
 	},
 	{
+		name:  "rejoin closes the episode the leave moved back",
+		steps: []step{leave(1, 100, true), leave(1, 50, true), rejoin(1, 60, true)},
+		want:  []Member{member(1, Active, 0, Episode{50, 60})},
+	},
+	{
 		name:  "rejoin before leave is refused",
 		steps: []step{leave(1, 100, true), failing(OpRejoin, 1, 50, ErrRejoinBeforeLeave)},
 		want:  []Member{member(1, Left, 100)},
 	},
 	{
-		name:  "rejoin at leave is refused",
-		steps: []step{leave(1, 100, true), failing(OpRejoin, 1, 100, ErrRejoinBeforeLeave)},
+		name: "a refused rejoin delivered again is a duplicate",
+		steps: []step{
+			leave(1, 100, true), failing(OpRejoin, 1, 50, ErrRejoinBeforeLeave),
+			leave(1, 40, true), // moves left_at before the refused rejoin
+			rejoin(1, 50, false).dup(),
+		},
+		want: []Member{member(1, Left, 40)},
+	},
+	{
+		name:  "leave and rejoin at the same instant close an empty episode",
+		steps: []step{leave(1, 100, true), rejoin(1, 100, true)},
+		want:  []Member{member(1, Active, 0, Episode{100, 100})},
+	},
+	{
+		name:  "a new leave at an empty episode reopens it",
+		steps: []step{leave(1, 100, true), rejoin(1, 100, true), leave(1, 100, true).with("b")},
 		want:  []Member{member(1, Left, 100)},
+	},
+	{
+		name:  "a leave clamped to an empty episode reopens it",
+		steps: []step{leave(1, 10, true), rejoin(1, 20, true), leave(1, 100, true), rejoin(1, 100, true), leave(1, 50, true)},
+		want:  []Member{member(1, Left, 100, Episode{10, 20})},
+	},
+	{
+		name: "a reopened episode closes again",
+		steps: []step{
+			leave(1, 100, true), rejoin(1, 100, true), leave(1, 100, true).with("b"), rejoin(1, 300, true),
+			leave(1, 100, false).dup(), rejoin(1, 100, false).dup(),
+		},
+		want: []Member{member(1, Active, 0, Episode{100, 300})},
 	},
 	{
 		name:  "leave before last rejoin is clamped to it",
@@ -89,39 +130,57 @@ var semanticsCases = []struct {
 		want:  []Member{member(1, Active, 0, Episode{100, 200}, Episode{200, 201})},
 	},
 	{
-		name:  "leave again of a closed episode is a no-op",
-		steps: []step{leave(1, 100, true), rejoin(1, 200, true), leave(1, 100, false)},
+		name:  "the same leave again after the rejoin is a duplicate",
+		steps: []step{leave(1, 100, true), rejoin(1, 200, true), leave(1, 100, false).dup()},
 		want:  []Member{member(1, Active, 0, Episode{100, 200})},
 	},
 	{
-		name: "leave again of an earlier closed episode is a no-op",
+		name:  "another leave at a closed episode's start is clamped",
+		steps: []step{leave(1, 100, true).with("a"), rejoin(1, 200, true), leave(1, 100, true).with("b")},
+		want:  []Member{member(1, Left, 200, Episode{100, 200})},
+	},
+	{
+		name: "duplicates of earlier episodes change nothing",
 		steps: []step{
 			leave(1, 100, true), rejoin(1, 200, true), leave(1, 300, true), rejoin(1, 400, true),
-			leave(1, 100, false), leave(1, 300, false), rejoin(1, 500, false),
+			leave(1, 100, false).dup(), leave(1, 300, false).dup(), rejoin(1, 200, false).dup(), rejoin(1, 500, false),
 		},
 		want: []Member{member(1, Active, 0, Episode{100, 200}, Episode{300, 400})},
 	},
 	{
-		name: "leave again then a new leave",
+		// Issue 13, finding 4: the re-delivered leave@150 re-opened a leave.
+		name: "a clamped leave delivered again after a later rejoin is a duplicate",
 		steps: []step{
-			leave(1, 100, true), rejoin(1, 200, true), leave(1, 100, false),
-			leave(1, 101, true), // not a closed episode's start: clamped
+			leave(1, 100, true), rejoin(1, 200, true), leave(1, 150, true), rejoin(1, 250, true),
+			leave(1, 150, false).dup(),
+		},
+		want: []Member{member(1, Active, 0, Episode{100, 200}, Episode{200, 250})},
+	},
+	{
+		name: "the same leave with a new request id is a new leave",
+		steps: []step{
+			leave(1, 100, true), rejoin(1, 200, true), leave(1, 150, true), rejoin(1, 250, true),
+			leave(1, 150, true).with("again"),
+		},
+		want: []Member{member(1, Left, 250, Episode{100, 200}, Episode{200, 250})},
+	},
+	{
+		name: "a rejoin delivered again after a later leave is a duplicate",
+		steps: []step{
+			leave(1, 100, true), rejoin(1, 200, true), leave(1, 150, true),
+			rejoin(1, 200, false).dup(), // would close [200, 200) and let the user's signals through
 		},
 		want: []Member{member(1, Left, 200, Episode{100, 200})},
 	},
 	{
-		name: "leave again of a clamped leave is clamped anew",
-		steps: []step{
-			leave(1, 100, true), rejoin(1, 200, true), leave(1, 150, true), rejoin(1, 300, true),
-			leave(1, 200, false), // the stored start of the clamped episode
-			leave(1, 150, true),  // the clamped leave's own time is not stored
-		},
-		want: []Member{member(1, Left, 300, Episode{100, 200}, Episode{200, 300})},
+		name:  "a leave moved back stops at the last rejoin",
+		steps: []step{leave(1, 100, true), rejoin(1, 200, true), leave(1, 300, true), leave(1, 150, true).with("m")},
+		want:  []Member{member(1, Left, 200, Episode{100, 200})},
 	},
 	{
-		name:  "leave while left at a closed episode's start keeps the boundary",
-		steps: []step{leave(1, 100, true), rejoin(1, 200, true), leave(1, 250, true), leave(1, 100, false)},
-		want:  []Member{member(1, Left, 250, Episode{100, 200})},
+		name:  "a leave far in the past while left moves the boundary to the last rejoin",
+		steps: []step{leave(1, 100, true), rejoin(1, 200, true), leave(1, 250, true), leave(1, 1, true)},
+		want:  []Member{member(1, Left, 200, Episode{100, 200})},
 	},
 	{
 		name:  "clamped leave far in the past then rejoin",
@@ -143,11 +202,12 @@ var semanticsCases = []struct {
 		steps: []step{
 			leave(1, 100, true), leave(2, 50, true), rejoin(2, 60, true),
 			leave(1<<63, 7, true), rejoin(1, 300, true), leave(0, 1, true),
+			leave(2, 100, true), // user 2's identity set is its own: user 1 left at 100 too
 		},
 		want: []Member{
 			member(0, Left, 1),
 			member(1, Active, 0, Episode{100, 300}),
-			member(2, Active, 0, Episode{50, 60}),
+			member(2, Left, 100, Episode{50, 60}),
 			member(1<<63, Left, 7),
 			member(3, Active, 0),
 		},
@@ -173,15 +233,13 @@ func TestSemantics(t *testing.T) {
 			for i, st := range tc.steps {
 				var c Change
 				var err error
-				switch st.op {
-				case OpLeave:
+				switch {
+				case st.op == OpLeave && st.req == "":
 					c, err = s.Leave(st.user, st.at)
-				case OpRejoin:
+				case st.op == OpRejoin && st.req == "":
 					c, err = s.Rejoin(st.user, st.at)
-				default: // only a batch takes an arbitrary Op
-					b := s.NewBatch()
-					c, err = b.Apply(st.op, st.user, st.at)
-					b.Close()
+				default:
+					c, err = s.Apply(Command{Op: st.op, UserID: st.user, AtNs: st.at, RequestID: st.req})
 				}
 				checkStep(t, i, st, c, err)
 			}
@@ -193,9 +251,10 @@ func TestSemantics(t *testing.T) {
 			defer b.Close()
 			applied := 0
 			for i, st := range tc.steps {
-				c, err := b.Apply(st.op, st.user, st.at)
+				c, err := b.Apply(Command{Op: st.op, UserID: st.user, AtNs: st.at, RequestID: st.req})
 				checkStep(t, i, st, c, err)
-				if err == nil {
+				// A refused rejoin counts: it is remembered.
+				if err == nil || errors.Is(err, ErrRejoinBeforeLeave) {
 					applied++
 				}
 			}
@@ -221,8 +280,9 @@ func checkStep(t *testing.T, i int, st step, c Change, err error) {
 	if err != nil {
 		t.Fatalf("step %d (%v user %d at %d): %v", i, st.op, st.user, st.at, err)
 	}
-	if c.Changed != st.wantChanged {
-		t.Fatalf("step %d (%v user %d at %d): Changed = %v, want %v", i, st.op, st.user, st.at, c.Changed, st.wantChanged)
+	if c.Changed != st.wantChanged || c.Duplicate != st.wantDup {
+		t.Fatalf("step %d (%v user %d at %d %q): Changed = %v, Duplicate = %v; want %v, %v",
+			i, st.op, st.user, st.at, st.req, c.Changed, c.Duplicate, st.wantChanged, st.wantDup)
 	}
 	if !c.Changed && !reflect.DeepEqual(c.Before, c.After) {
 		t.Fatalf("step %d: no-op changed the member: %+v -> %+v", i, c.Before, c.After)

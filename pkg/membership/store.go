@@ -79,7 +79,9 @@ func checkFormat(db *pebble.DB) error {
 			return err
 		}
 		if v != formatVersion {
-			return fmt.Errorf("%w: store has format version %d, this build reads only %d", ErrUnknownFormat, v, formatVersion)
+			return fmt.Errorf("%w: store has format version %d, this build reads only %d; "+
+				"the state is rebuilt from the commands topic: move the directory away and start with an empty one",
+				ErrUnknownFormat, v, formatVersion)
 		}
 		return nil
 	case errors.Is(err, pebble.ErrNotFound):
@@ -126,46 +128,43 @@ func (s *Store) Close() error {
 }
 
 // Leave records that userID left at atNs (ns since the Unix epoch), with one
-// synced write, and returns what changed.
-//
-// On an Active user the open leave starts at atNs, except:
-//
-//   - When atNs is the LeftAtNs of one of the user's closed episodes, the
-//     leave is that episode's leave delivered again after the rejoin (a
-//     re-published record, say), and it is a no-op: Changed is false and
-//     nothing is written.
-//   - Otherwise, when the user's last closed episode ended after atNs, the
-//     leave starts where that episode ended, because history is never
-//     rewritten and episodes must stay disjoint and ascending.
-//
-// On a Left user it is a no-op that keeps the first boundary.
+// synced write, and returns what changed. It is Apply of the command
+// {OpLeave, userID, atNs, ""}: see Batch.Apply and the package
+// documentation for what a leave does.
 func (s *Store) Leave(userID, atNs uint64) (Change, error) {
-	return s.apply(OpLeave, userID, atNs)
+	return s.apply(Command{Op: OpLeave, UserID: userID, AtNs: atNs})
 }
 
 // Rejoin records that userID rejoined at atNs, with one synced write, and
 // returns what changed. It closes the open leave into a history episode
 // [left_at, atNs) and makes the user Active. On an Active user it is a
-// no-op. If atNs is at or before the open boundary, it fails with an error
-// wrapping ErrRejoinBeforeLeave and writes nothing.
+// no-op. If atNs is before the open boundary, it fails with an error
+// wrapping ErrRejoinBeforeLeave and records only that the command was seen.
 func (s *Store) Rejoin(userID, atNs uint64) (Change, error) {
-	return s.apply(OpRejoin, userID, atNs)
+	return s.apply(Command{Op: OpRejoin, UserID: userID, AtNs: atNs})
 }
 
-func (s *Store) apply(op Op, userID, atNs uint64) (Change, error) {
+// Apply applies c with one synced write and returns what changed. See
+// Batch.Apply.
+func (s *Store) Apply(c Command) (Change, error) {
+	return s.apply(c)
+}
+
+func (s *Store) apply(cmd Command) (Change, error) {
 	if s.closed.Load() {
 		return Change{}, ErrClosed
 	}
 	b := s.NewBatch()
 	defer b.Close()
-	c, err := b.Apply(op, userID, atNs)
-	if err != nil {
-		return Change{}, err
+	c, applyErr := b.Apply(cmd)
+	if applyErr != nil && !errors.Is(applyErr, ErrRejoinBeforeLeave) {
+		return Change{}, applyErr
 	}
+	// A refused rejoin is remembered, so it is committed too.
 	if err := b.Commit(); err != nil {
 		return Change{}, err
 	}
-	return c, nil
+	return c, applyErr
 }
 
 // Status returns userID's current state. A user without records is Active.

@@ -31,7 +31,7 @@ func TestIdempotent(t *testing.T) {
 	s := openMem(t)
 	for i, c := range script {
 		b := s.NewBatch()
-		if _, err := b.Apply(c.op, c.user, c.at); err != nil {
+		if _, err := b.Apply(Command{Op: c.op, UserID: c.user, AtNs: c.at}); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.Commit(); err != nil {
@@ -39,7 +39,7 @@ func TestIdempotent(t *testing.T) {
 		}
 		before := dump(t, s)
 		b = s.NewBatch()
-		ch, err := b.Apply(c.op, c.user, c.at)
+		ch, err := b.Apply(Command{Op: c.op, UserID: c.user, AtNs: c.at})
 		if err != nil {
 			t.Fatalf("command %d again: %v", i, err)
 		}
@@ -71,7 +71,7 @@ func TestDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := batch.Apply(c.op, c.user, c.at); err != nil {
+		if _, err := batch.Apply(Command{Op: c.op, UserID: c.user, AtNs: c.at}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,12 +92,13 @@ func TestLeaveAgainWritesNothing(t *testing.T) {
 	mustOK(t)(s.Leave(1, 300))
 	mustOK(t)(s.Rejoin(1, 400))
 	before := dump(t, s)
+	// Each closed episode's leave again is a duplicate and writes nothing.
 	for _, at := range []uint64{100, 300} {
-		if c := mustOK(t)(s.Leave(1, at)); c.Changed || c.Closed != nil || !reflect.DeepEqual(c.Before, c.After) {
+		if c := mustOK(t)(s.Leave(1, at)); c.Changed || !c.Duplicate || c.Closed != nil || !reflect.DeepEqual(c.Before, c.After) {
 			t.Fatalf("Leave(1, %d) again: %+v", at, c)
 		}
 		b := s.NewBatch()
-		if c := mustOK(t)(b.Leave(1, at)); c.Changed || !b.pb.Empty() || b.Len() != 1 {
+		if c := mustOK(t)(b.Leave(1, at)); c.Changed || !c.Duplicate || !b.pb.Empty() || b.Len() != 1 {
 			t.Fatalf("batch Leave(1, %d) again: %+v, staged %d bytes", at, c, b.pb.Len())
 		}
 		if err := b.Commit(); err != nil {
@@ -115,10 +116,13 @@ func TestFailedCommandWritesNothing(t *testing.T) {
 	before := dump(t, s)
 	b := s.NewBatch()
 	defer b.Close()
-	if _, err := b.Rejoin(1, 100); !errors.Is(err, ErrRejoinBeforeLeave) {
-		t.Fatalf("err = %v", err)
-	} else if msg := err.Error(); !strings.Contains(msg, "user 1") || !strings.Contains(msg, "left_at 100") || !strings.Contains(msg, "at 100") {
-		t.Fatalf("error does not name user, left_at and at: %q", msg)
+	for _, c := range []Command{
+		{Op: OpRejoin, UserID: 1, AtNs: OpenEnd},
+		{Op: Op(9), UserID: 1, AtNs: 5},
+	} {
+		if _, err := b.Apply(c); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Apply(%+v): err = %v, want ErrInvalid", c, err)
+		}
 	}
 	if b.Len() != 0 || !b.pb.Empty() {
 		t.Fatalf("failed command staged something: Len %d", b.Len())
@@ -131,6 +135,43 @@ func TestFailedCommandWritesNothing(t *testing.T) {
 	}
 }
 
+// TestRefusedRejoinIsRemembered: a rejoin before the open boundary changes
+// no state, names what was wrong, and records only its identity, so that
+// delivered again it is a duplicate, not a second refusal.
+func TestRefusedRejoinIsRemembered(t *testing.T) {
+	s := openMem(t)
+	mustOK(t)(s.Leave(1, 100))
+	before := dump(t, s)
+	_, err := s.Rejoin(1, 99)
+	if !errors.Is(err, ErrRejoinBeforeLeave) {
+		t.Fatalf("err = %v", err)
+	} else if msg := err.Error(); !strings.Contains(msg, "user 1") || !strings.Contains(msg, "left_at 100") || !strings.Contains(msg, "at 99") {
+		t.Fatalf("error does not name user, left_at and at: %q", msg)
+	}
+	if d := newLines(before, dump(t, s)); len(d) != 1 || !strings.HasPrefix(d[0], "05") {
+		t.Fatalf("refused rejoin wrote %q, want one identity record", d)
+	}
+	c, err := s.Rejoin(1, 99)
+	if err != nil || !c.Duplicate || c.Changed {
+		t.Fatalf("refused rejoin again = %+v, %v; want a duplicate", c, err)
+	}
+}
+
+// newLines returns the lines of after that are not in before.
+func newLines(before, after string) []string {
+	old := make(map[string]bool)
+	for _, l := range strings.Split(before, "\n") {
+		old[l] = true
+	}
+	var out []string
+	for _, l := range strings.Split(after, "\n") {
+		if !old[l] {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 func TestBatchDiscardedOnClose(t *testing.T) {
 	s := openMem(t)
 	before := dump(t, s)
@@ -139,7 +180,7 @@ func TestBatchDiscardedOnClose(t *testing.T) {
 	if err := b.SetCheckpoint("c", 0, 5); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.RecordLateLeave(1, 100, 100); err != nil {
+	if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ThroughNs: 100}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.SetNote(1, []byte("x")); err != nil {
@@ -167,7 +208,7 @@ func TestBatchDiscardedOnClose(t *testing.T) {
 		t.Fatalf("SetCheckpoint after Close: %v", err)
 	}
 	for name, err := range map[string]error{
-		"RecordLateLeave": b.RecordLateLeave(1, 100, 100),
+		"RecordLateLeave": b.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ThroughNs: 100}),
 		"SetNote":         b.SetNote(1, []byte("x")),
 		"Member":          second(b.Member(1)),
 		"AddOutbox":       second(b.AddOutbox([]byte("x"))),
@@ -395,16 +436,29 @@ func TestFormatVersion(t *testing.T) {
 	if st, err := s.Status(1); err != nil || st.Status != Left {
 		t.Fatalf("Status after reopen = %+v, %v", st, err)
 	}
-	v := encodeFormat(2)
-	if err := s.db.Set(metaFormatKey, v[:], pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Open("db", &Options{FS: fs})
-	if !errors.Is(err, ErrUnknownFormat) || !strings.Contains(err.Error(), "format version 2") {
-		t.Fatalf("Open of version 2: %v", err)
+	// Version 1 (no identities) and a future version are refused, naming the
+	// way out.
+	for _, other := range []uint32{1, formatVersion + 1} {
+		dir := fmt.Sprintf("v%d", other)
+		s, err := Open(dir, &Options{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := encodeFormat(other)
+		if err := s.db.Set(metaFormatKey, v[:], pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Open(dir, &Options{FS: fs})
+		if !errors.Is(err, ErrUnknownFormat) || !strings.Contains(err.Error(), fmt.Sprintf("format version %d", other)) ||
+			!strings.Contains(err.Error(), "rebuilt from the commands topic") {
+			t.Fatalf("Open of version %d: %v", other, err)
+		}
 	}
 
 	// A Pebble store with records but no stamp is not ours.
@@ -484,7 +538,7 @@ func TestCorruptRecords(t *testing.T) {
 				defer b.Close()
 				_, err = b.Member(tc.user)
 				check("Batch.Member", err)
-				check("RecordLateLeave", b.RecordLateLeave(tc.user, 10, 10))
+				check("RecordLateLeave", b.RecordLateLeave(tc.user, LateLeave{LeftAtNs: 10, ThroughNs: 10}))
 			}
 		})
 	}

@@ -1,51 +1,67 @@
 package membership
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 )
 
-// transition computes the effect of op at atNs on m. It is the whole of the
-// package's semantics and touches no storage, so that every write path
-// agrees on it.
+// transition computes the effect of op at atNs on m, a user who has never
+// seen this command's identity (duplicates are recognised before, by
+// Batch.Apply). It is the whole of the package's semantics and touches no
+// storage, so that every write path agrees on it.
+//
+// A leave's boundary is first raised to the end of the last closed episode:
+// history is never rewritten, so episodes stay disjoint and ascending. On an
+// Active user the leave opens an episode there. On a Left user an earlier
+// boundary moves left_at back (privacy first: the earliest boundary wins)
+// and a later one changes nothing. When the resulting left_at is the start
+// of the last closed episode, that episode is the empty [t, t) (nothing
+// else can start where the last one ends), and it is reopened: taken out of
+// the history, so that no two episodes share a start.
+//
+// A rejoin closes the open episode [left_at, atNs) and makes the user
+// Active; atNs == left_at closes the empty episode (a leave and a rejoin in
+// the same instant, ordered by their arrival). A rejoin before left_at is
+// refused with ErrRejoinBeforeLeave; on an Active user it changes nothing.
 func transition(m Member, op Op, atNs uint64) (Change, error) {
 	if atNs == OpenEnd {
 		return Change{}, fmt.Errorf("%w: user %d: %v at %d: time is the OpenEnd sentinel (math.MaxUint64)", ErrInvalid, m.UserID, op, atNs)
 	}
-	// Cap the history so that appending to After never writes into a
+	// Cap the slices so that appending to After never writes into a
 	// backing array that Before also shows.
 	m.History = m.History[:len(m.History):len(m.History)]
+	m.LateLeaves = m.LateLeaves[:len(m.LateLeaves):len(m.LateLeaves)]
 	c := Change{Before: m, After: m}
 	switch op {
 	case OpLeave:
-		if m.Status == Left {
-			return c, nil // keep the first boundary
-		}
-		// A leave at the start of a closed episode is that episode's leave
-		// delivered again after the rejoin (a re-published record, say).
-		// Applied, it would open a new leave; it is a no-op instead.
-		if _, dup := slices.BinarySearchFunc(m.History, atNs, func(e Episode, at uint64) int {
-			return cmp.Compare(e.LeftAtNs, at)
-		}); dup {
-			return c, nil
-		}
 		left := atNs
-		// History is never rewritten, so a leave stamped before the end of
-		// the last closed episode starts where that episode ended: episodes
-		// stay disjoint and ascending, and no signal of the overlap is
-		// counted twice.
-		if n := len(m.History); n > 0 && m.History[n-1].RejoinedAtNs > left {
+		n := len(m.History)
+		if n > 0 && m.History[n-1].RejoinedAtNs > left {
 			left = m.History[n-1].RejoinedAtNs
 		}
-		c.After.Status, c.After.LeftAtNs = Left, left
+		switch {
+		case m.Status == Active:
+			c.After.Status = Left
+		case left < m.LeftAtNs:
+			c.MovedFrom = m.LeftAtNs
+		default:
+			return c, nil // the earliest boundary stays
+		}
+		c.After.LeftAtNs = left
+		if n > 0 && m.History[n-1].LeftAtNs == left {
+			reopened := m.History[n-1]
+			c.Reopened = &reopened
+			c.After.History = m.History[: n-1 : n-1]
+		}
+		if c.MovedFrom != 0 {
+			c.After.LateLeaves = moveWindow(m.LateLeaves, c.MovedFrom, left)
+		}
 		c.Changed = true
 		return c, nil
 	case OpRejoin:
 		if m.Status == Active {
 			return c, nil
 		}
-		if atNs <= m.LeftAtNs {
+		if atNs < m.LeftAtNs {
 			return Change{}, fmt.Errorf("%w: user %d: left_at %d, rejoin at %d", ErrRejoinBeforeLeave, m.UserID, m.LeftAtNs, atNs)
 		}
 		closed := Episode{LeftAtNs: m.LeftAtNs, RejoinedAtNs: atNs}
@@ -57,4 +73,36 @@ func transition(m Member, op Op, atNs uint64) (Change, error) {
 	default:
 		return Change{}, fmt.Errorf("%w: user %d: unknown op %v", ErrInvalid, m.UserID, op)
 	}
+}
+
+// moveWindow returns ws with the window of the open leave at from, if any,
+// carried to the new boundary to (to < from), merged with a window already
+// there (one of a reopened empty episode). ws is ascending by LeftAtNs and
+// is not modified; the result is a new slice when anything moves.
+func moveWindow(ws []LateLeave, from, to uint64) []LateLeave {
+	i := -1
+	for j, w := range ws {
+		if w.LeftAtNs == from {
+			i = j
+		}
+	}
+	if i < 0 {
+		return ws
+	}
+	moved := ws[i]
+	moved.LeftAtNs = to
+	out := make([]LateLeave, 0, len(ws))
+	for j, w := range ws {
+		switch {
+		case j == i:
+		case w.LeftAtNs == to:
+			moved = moved.merge(w)
+		default:
+			out = append(out, w)
+		}
+	}
+	// Windows start at episode starts; to is the open episode's start, so
+	// it follows every window of a closed episode except the reopened one,
+	// merged above.
+	return append(out, moved)
 }

@@ -50,7 +50,9 @@ const OpenEnd = math.MaxUint64
 
 // Episode is one leave, the half-open interval [LeftAtNs, RejoinedAtNs) in ns
 // since the Unix epoch. Signals with an event time inside it are not the
-// community's. An open episode has RejoinedAtNs == OpenEnd.
+// community's. An open episode has RejoinedAtNs == OpenEnd. A closed episode
+// may be empty (LeftAtNs == RejoinedAtNs): a leave and a rejoin with the
+// same boundary, which holds no signal.
 type Episode struct {
 	LeftAtNs     uint64
 	RejoinedAtNs uint64
@@ -58,6 +60,9 @@ type Episode struct {
 
 // IsOpen reports whether the episode is still open (the user is Left).
 func (e Episode) IsOpen() bool { return e.RejoinedAtNs == OpenEnd }
+
+// IsEmpty reports whether the episode holds no instant at all.
+func (e Episode) IsEmpty() bool { return e.LeftAtNs == e.RejoinedAtNs }
 
 // Contains reports whether ns falls inside the episode.
 func (e Episode) Contains(ns uint64) bool {
@@ -72,6 +77,19 @@ func (e Episode) Contains(ns uint64) bool {
 type LateLeave struct {
 	LeftAtNs  uint64 // the boundary of the leave, the start of one of the user's episodes
 	ThroughNs uint64 // the latest event time that may have been forwarded
+	// Exact says that ThroughNs is the event time of a signal of the user
+	// that was forwarded; when false, the caller could not tell which of
+	// the user's signals were forwarded and ThroughNs bounds them.
+	Exact bool
+}
+
+// merge returns the window that covers both w and o, which start at the same
+// LeftAtNs: the later ThroughNs, exact only if both are. (Two exact windows
+// of one leave name forwarded signals, so their maximum does too.)
+func (w LateLeave) merge(o LateLeave) LateLeave {
+	w.ThroughNs = max(w.ThroughNs, o.ThroughNs)
+	w.Exact = w.Exact && o.Exact
+	return w
 }
 
 // Member is a user's full record: the current state, the closed episodes in
@@ -97,7 +115,19 @@ func (m Member) Episodes(dst []Episode) []Episode {
 	return dst
 }
 
-// Op is a membership command.
+// Command is one membership command as the store applies it: what, for
+// whom, at which boundary (ns since the Unix epoch), and the request id the
+// producer gave it ("" for none). Its identity is all four fields: a
+// command whose identity was applied to the user before is a duplicate and
+// changes nothing (see [Batch.Apply]).
+type Command struct {
+	Op        Op
+	UserID    uint64
+	AtNs      uint64
+	RequestID string
+}
+
+// Op is what a membership command asks for.
 type Op uint8
 
 // Op values.
@@ -122,12 +152,24 @@ func (o Op) String() string {
 //
 // Before and After may share the backing arrays of History, LateLeaves and
 // Note: treat them as read-only. A command changes only the state and the
-// history; LateLeaves and Note are the same in both.
+// history (and carries a late-leave window along when it moves the open
+// boundary back); Note is the same in both.
 type Change struct {
 	Before, After Member
-	// Changed is false when the command was a no-op: a leave while Left, a
-	// leave again of a closed episode, or a rejoin while Active.
+	// Changed is false when the command was a no-op: a duplicate, a leave
+	// while Left at a boundary no earlier than left_at, or a rejoin while
+	// Active.
 	Changed bool
+	// Duplicate says the command's identity had been applied to the user
+	// before: it changed nothing, whatever the state is now.
+	Duplicate bool
 	// Closed is the episode a rejoin closed, and nil otherwise.
 	Closed *Episode
+	// Reopened is the empty closed episode [t, t) that a leave at t took
+	// out of the history to make the user Left at t again, and nil
+	// otherwise.
+	Reopened *Episode
+	// MovedFrom is the open boundary a leave moved back from (the user was
+	// Left at MovedFrom and is now Left earlier), and 0 otherwise.
+	MovedFrom uint64
 }
