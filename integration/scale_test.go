@@ -34,7 +34,7 @@ func TestScaleOutHandsOverState(t *testing.T) {
 	dirB := t.TempDir()
 	b := e.start(dirB, cfgB)
 	eventually(t, 90*time.Second, func() error {
-		pa, pb := a.Partitions(), b.Partitions()
+		pa, pb := owned(a), owned(b)
 		if len(pa)+len(pb) != parts || len(pa) == 0 || len(pb) == 0 {
 			return fmt.Errorf("a owns %v, b owns %v", pa, pb)
 		}
@@ -46,8 +46,8 @@ func TestScaleOutHandsOverState(t *testing.T) {
 		}
 		return nil
 	})
-	for p := range a.Partitions() {
-		if _, both := b.Partitions()[p]; both {
+	for p := range owned(a) {
+		if _, both := owned(b)[p]; both {
 			t.Fatalf("partition %d owned by both instances", p)
 		}
 	}
@@ -186,4 +186,13 @@ func TestMisroutedRecordsAreRepublished(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("forwarded %v, want %v (each once)", got, want)
 	}
+}
+
+// owned returns the partitions p owns and whether each caught up.
+func owned(p *proc) map[int32]bool {
+	out := make(map[int32]bool)
+	for _, st := range p.Partitions() {
+		out[st.Partition] = st.CaughtUp
+	}
+	return out
 }

@@ -53,6 +53,12 @@ type Episode struct {
 type LateLeave struct {
 	LeftAtNs           uint64 `json:"left_at_ns"`
 	ForwardedThroughNs uint64 `json:"forwarded_through_ns"`
+	// Exact says ForwardedThroughNs is the event time of a forwarded signal
+	// of the user; false when the processor could not tell which of the
+	// user's signals were forwarded (decided by a previous owner of the
+	// partition, or longer ago than it keeps a record of) and bounds them
+	// by the latest event time decided on the partition.
+	Exact bool `json:"exact"`
 }
 
 // CommandRef identifies an applied command and what it did.
@@ -63,9 +69,12 @@ type CommandRef struct {
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
 	RequestID string `json:"request_id,omitempty"`
-	// Changed is false for a command that changed nothing: a leave while
-	// left (the first boundary stays), a rejoin while active.
+	// Changed is false for a command that changed nothing: a duplicate, a
+	// leave while left at no earlier boundary, a rejoin while active.
 	Changed bool `json:"changed"`
+	// Duplicate says the command had been applied before (same op, user,
+	// boundary and request id): the record restates the user's state.
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // Receipt proves when a command became effective.

@@ -22,10 +22,17 @@ func TestMemberRecordGolden(t *testing.T) {
 		{
 			UserID: 18446744073709551615, Status: "left", LeftAtNs: u64(1764633600000000000),
 			History:    []Episode{{LeftAtNs: 1700000000000000000, RejoinedAtNs: 1710000000000000000}},
-			LateLeaves: []LateLeave{{LeftAtNs: 1764633600000000000, ForwardedThroughNs: 1764633601000000000}},
+			LateLeaves: []LateLeave{{LeftAtNs: 1764633600000000000, ForwardedThroughNs: 1764633601000000000, Exact: true}},
 			Command: &CommandRef{Op: "leave", AtNs: 1764633600000000000, Topic: "membership.commands",
 				Partition: 3, Offset: 17, RequestID: "r-1", Changed: true},
 			Receipt: &Receipt{AppliedAtNs: 1764633600120000000, SignalsPartition: 3, SignalsOffset: -1},
+		},
+		{
+			UserID: 42, Status: "active",
+			History:    []Episode{{LeftAtNs: 5, RejoinedAtNs: 5}},
+			LateLeaves: []LateLeave{{LeftAtNs: 5, ForwardedThroughNs: 9}},
+			Command:    &CommandRef{Op: "rejoin", AtNs: 5, Topic: "membership.commands", Partition: 0, Offset: 2, Duplicate: true},
+			Receipt:    &Receipt{AppliedAtNs: 1, SignalsPartition: 0, SignalsOffset: 12},
 		},
 	}
 	var got bytes.Buffer

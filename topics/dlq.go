@@ -15,6 +15,39 @@ const (
 	HeaderSourceOffset = "cohortgate.source.offset"
 )
 
+// Headers of a truncated DLQ copy (reason record_too_large): the record, or
+// its DLQ copy, was too large for the topic it had to go to, so the DLQ
+// holds the key (cut to MaxTruncatedKey bytes), the original headers when
+// they fit, and the head of the value, with these headers to identify the
+// original.
+const (
+	// HeaderOriginalReason is the reason the record was dead-lettered for
+	// before it proved too large, or "" for a valid record too large to
+	// forward.
+	HeaderOriginalReason = "cohortgate.original.reason"
+	// HeaderOriginalSize is the original's key, value and header bytes, in
+	// decimal.
+	HeaderOriginalSize = "cohortgate.original.size"
+	// HeaderOriginalSHA256 is the hex SHA-256 of the original value.
+	HeaderOriginalSHA256 = "cohortgate.original.sha256"
+	// HeaderOriginalHeaders is how many original headers were left out, in
+	// decimal; present only when they did not fit.
+	HeaderOriginalHeaders = "cohortgate.original.headers"
+)
+
+// MaxTruncatedKey bounds the key of a truncated DLQ copy, in bytes.
+const MaxTruncatedKey = 1024
+
+// Headers returns every header name the processor adds to a record, in a
+// stable order: the DLQ's, the truncated copy's and HeaderMisroutedFrom.
+func Headers() []string {
+	return []string{
+		HeaderReason, HeaderError, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset,
+		HeaderOriginalReason, HeaderOriginalSize, HeaderOriginalSHA256, HeaderOriginalHeaders,
+		HeaderMisroutedFrom,
+	}
+}
+
 // HeaderMisroutedFrom marks a record the processor found in a partition
 // other than the one Kafka's default partitioner gives its key, and
 // re-published unchanged to that partition of the same topic. Its value is

@@ -64,6 +64,21 @@ const (
 	// timestamp) lies further ahead of the processor's clock than the
 	// allowed skew; holding it for alignment would stall its partition.
 	ReasonTimestampSkew Reason = "timestamp_future_skew"
+	// ReasonTimestampOutOfRange: a signal whose event time (its record
+	// timestamp) is before the Unix epoch, which no boundary can be.
+	ReasonTimestampOutOfRange Reason = "timestamp_out_of_range"
+	// ReasonCommandAtOutOfRange: a command whose boundary is not a time
+	// the processor can hold: at_ns above 2^63-1 (18446744073709551615,
+	// say), or no at_ns and a negative record timestamp.
+	ReasonCommandAtOutOfRange Reason = "command_at_out_of_range"
+	// ReasonCommandFutureSkew: a command whose boundary lies further ahead
+	// of its own record timestamp than the allowed skew; applied, it would
+	// make the user left while its signals are still forwarded.
+	ReasonCommandFutureSkew Reason = "command_future_skew"
+	// ReasonRecordTooLarge: a record, or its DLQ copy, too large for the
+	// topic it had to go to. The DLQ holds a truncated copy; see
+	// HeaderOriginalReason and the other HeaderOriginal headers.
+	ReasonRecordTooLarge Reason = "record_too_large"
 )
 
 // Reasons returns every Reason defined by this package, in a stable order,
@@ -76,6 +91,7 @@ func Reasons() []Reason {
 		ReasonCommandUserInvalid, ReasonCommandUserMismatch,
 		ReasonCommandAtNs, ReasonCommandRequestID,
 		ReasonRejoinBeforeLeave, ReasonTimestampSkew,
+		ReasonTimestampOutOfRange, ReasonCommandAtOutOfRange, ReasonCommandFutureSkew, ReasonRecordTooLarge,
 	}
 }
 
@@ -163,6 +179,17 @@ var (
 	ErrRejoinBeforeLeave = &Error{Reason: ReasonRejoinBeforeLeave}
 	// ErrTimestampSkew: see ReasonTimestampSkew; produced by the processor.
 	ErrTimestampSkew = &Error{Reason: ReasonTimestampSkew}
+	// ErrTimestampOutOfRange: see ReasonTimestampOutOfRange; produced by
+	// the processor.
+	ErrTimestampOutOfRange = &Error{Reason: ReasonTimestampOutOfRange}
+	// ErrCommandAtOutOfRange: see ReasonCommandAtOutOfRange; produced by the
+	// processor.
+	ErrCommandAtOutOfRange = &Error{Reason: ReasonCommandAtOutOfRange}
+	// ErrCommandFutureSkew: see ReasonCommandFutureSkew; produced by the
+	// processor.
+	ErrCommandFutureSkew = &Error{Reason: ReasonCommandFutureSkew}
+	// ErrRecordTooLarge: see ReasonRecordTooLarge; produced by the processor.
+	ErrRecordTooLarge = &Error{Reason: ReasonRecordTooLarge}
 )
 
 // maxQuoted bounds how many input bytes an error Detail quotes, so a huge

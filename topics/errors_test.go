@@ -93,6 +93,7 @@ func TestReasons(t *testing.T) {
 		"command_user_invalid", "command_user_mismatch",
 		"command_at_ns", "command_request_id",
 		"rejoin_before_leave", "timestamp_future_skew",
+		"timestamp_out_of_range", "command_at_out_of_range", "command_future_skew", "record_too_large",
 	}
 	got := Reasons()
 	if fmt.Sprint(got) != fmt.Sprint(want) {

@@ -259,7 +259,9 @@ func (in *instance) partitions(ctx context.Context) (map[int32]bool, error) {
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("%s: /v1/partitions %d: %s", in.name, code, strings.TrimSpace(string(body)))
 	}
-	var raw map[string]string
+	var raw map[string]struct {
+		State string `json:"state"`
+	}
 	if err := json.Unmarshal(body, &raw); err != nil {
 		return nil, fmt.Errorf("%s: /v1/partitions: %w", in.name, err)
 	}
@@ -269,7 +271,7 @@ func (in *instance) partitions(ctx context.Context) (map[int32]bool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: /v1/partitions: partition %q: %w", in.name, k, err)
 		}
-		out[int32(p)] = v == "forwarding"
+		out[int32(p)] = v.State == "forwarding"
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cohortgate/cohortgate/pkg/fanout"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -17,7 +18,7 @@ import (
 type view interface {
 	Ready() (ok bool, why string)
 	Member(userID uint64) (topics.MemberRecord, error)
-	Partitions() map[int32]bool
+	Partitions() []fanout.PartitionStatus
 }
 
 // newHandler routes the operational endpoints:
@@ -26,7 +27,7 @@ type view interface {
 //	GET /healthz                 200 while the process serves
 //	GET /readyz                  200 once state is restored and every owned partition caught up, else 503 and why
 //	GET /v1/members/{user_id}    the user's record, as the changelog carries it
-//	GET /v1/partitions           owned partitions and whether each caught up
+//	GET /v1/partitions           owned partitions: restoring or forwarding, and how long an open transaction holds its commands
 //	/debug/pprof/...             Go's profiler, only when withPprof is set
 //
 // Nothing here authenticates its caller: the server binds to loopback by
@@ -67,17 +68,25 @@ func newHandler(reg prometheus.Gatherer, v view, withPprof bool) http.Handler {
 		writeJSON(w, m)
 	})
 	mux.HandleFunc("GET /v1/partitions", func(w http.ResponseWriter, _ *http.Request) {
-		out := make(map[string]string)
-		for p, caughtUp := range v.Partitions() {
-			state := "restoring"
-			if caughtUp {
-				state = "forwarding"
+		out := make(map[string]partitionJSON)
+		for _, st := range v.Partitions() {
+			pj := partitionJSON{State: "restoring", OpenTransactionSeconds: st.OpenTransaction.Seconds()}
+			if st.CaughtUp {
+				pj.State = "forwarding"
 			}
-			out[strconv.Itoa(int(p))] = state
+			out[strconv.Itoa(int(st.Partition))] = pj
 		}
 		writeJSON(w, out)
 	})
 	return mux
+}
+
+// partitionJSON is one partition of /v1/partitions.
+type partitionJSON struct {
+	State string `json:"state"` // "restoring" or "forwarding"
+	// OpenTransactionSeconds is how long a transaction left open on the
+	// partition's commands has held its signals; 0 when none does.
+	OpenTransactionSeconds float64 `json:"open_transaction_seconds"`
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/cohortgate/cohortgate/pkg/fanout"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -17,7 +18,7 @@ func (stubView) Ready() (bool, string) { return true, "" }
 func (stubView) Member(userID uint64) (topics.MemberRecord, error) {
 	return topics.MemberRecord{}, nil
 }
-func (stubView) Partitions() map[int32]bool { return nil }
+func (stubView) Partitions() []fanout.PartitionStatus { return nil }
 
 // TestPprofOnlyWithFlag: the profiler is served only when asked for.
 func TestPprofOnlyWithFlag(t *testing.T) {

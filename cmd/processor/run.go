@@ -48,6 +48,8 @@ type runOptions struct {
 	sessionTimeout time.Duration
 	unsafeNoSync   bool
 	unsafeSkipCmds bool
+	unsafeLSO      bool
+	unsafeNoWindow bool
 	logLevel       string
 	logFormat      string
 	pprof          bool
@@ -104,6 +106,8 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	f.DurationVar(&o.sessionTimeout, "session-timeout", 45*time.Second, "consumer group session timeout: how long a silent instance keeps its partitions")
 	f.BoolVar(&o.unsafeNoSync, "unsafe-no-sync", false, "UNSAFE, for chaos control runs only: do not fsync the membership store")
 	f.BoolVar(&o.unsafeSkipCmds, "unsafe-skip-commands", false, "UNSAFE, for chaos control runs only: start owned commands partitions at their end, as if commands were lost")
+	f.BoolVar(&o.unsafeLSO, "unsafe-observe-lso", false, "UNSAFE, for chaos control runs only: align signals with the commands' last stable offset, so a transaction left open lets them through")
+	f.BoolVar(&o.unsafeNoWindow, "unsafe-no-window-recovery", false, "UNSAFE, for chaos control runs only: do not recover earlier owners' late-leave windows from the changelog")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-addr (keep --http-addr private)")
@@ -247,9 +251,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"addr", strings.Join(brokers, ","), "log_dir", dir)
 	}
 
-	if o.unsafeNoSync || o.unsafeSkipCmds {
+	if o.unsafeNoSync || o.unsafeSkipCmds || o.unsafeLSO || o.unsafeNoWindow {
 		log.Warn("UNSAFE flags set: this processor may lose state or leak signals; for chaos control runs only",
-			"unsafe_no_sync", o.unsafeNoSync, "unsafe_skip_commands", o.unsafeSkipCmds)
+			"unsafe_no_sync", o.unsafeNoSync, "unsafe_skip_commands", o.unsafeSkipCmds,
+			"unsafe_observe_lso", o.unsafeLSO, "unsafe_no_window_recovery", o.unsafeNoWindow)
 	}
 	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log, NoSync: o.unsafeNoSync})
 	if err != nil {
@@ -277,24 +282,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	kmetrics := kprom.NewMetrics("cohortgate_kafka", kprom.Registerer(reg), kprom.Gatherer(reg), kprom.WithClientLabel())
 
 	proc, err := fanout.New(fanout.Config{
-		Brokers:            brokers,
-		Group:              o.group,
-		Topics:             o.topics.set(),
-		CreateTopics:       o.createTopics,
-		Partitions:         int32(o.partitions),
-		ReplicationFactor:  int16(o.replication),
-		ExactlyOnce:        o.exactlyOnce,
-		TransactionalID:    txnID,
-		Grace:              o.grace,
-		MaxFutureSkew:      o.maxFutureSkew,
-		AlignInterval:      o.alignInterval,
-		CommitInterval:     o.commitInterval,
-		HoldMaxBytes:       o.holdMaxBytes,
-		SessionTimeout:     o.sessionTimeout,
-		UnsafeSkipCommands: o.unsafeSkipCmds,
-		KafkaOpts:          append(kafkaOpts, kgo.WithHooks(kmetrics)),
-		Logger:             log,
-		Registerer:         reg,
+		Brokers:                brokers,
+		Group:                  o.group,
+		Topics:                 o.topics.set(),
+		CreateTopics:           o.createTopics,
+		Partitions:             int32(o.partitions),
+		ReplicationFactor:      int16(o.replication),
+		ExactlyOnce:            o.exactlyOnce,
+		TransactionalID:        txnID,
+		Grace:                  o.grace,
+		MaxFutureSkew:          o.maxFutureSkew,
+		AlignInterval:          o.alignInterval,
+		CommitInterval:         o.commitInterval,
+		HoldMaxBytes:           o.holdMaxBytes,
+		SessionTimeout:         o.sessionTimeout,
+		UnsafeSkipCommands:     o.unsafeSkipCmds,
+		UnsafeObserveLSO:       o.unsafeLSO,
+		UnsafeNoWindowRecovery: o.unsafeNoWindow,
+		KafkaOpts:              append(kafkaOpts, kgo.WithHooks(kmetrics)),
+		Logger:                 log,
+		Registerer:             reg,
 	}, store)
 	if err != nil {
 		return err

@@ -23,21 +23,20 @@ func changelogOf(m membership.Member, note topics.Note) topics.MemberRecord {
 		cl.History = append(cl.History, topics.Episode{LeftAtNs: e.LeftAtNs, RejoinedAtNs: e.RejoinedAtNs})
 	}
 	for _, w := range m.LateLeaves {
-		cl.LateLeaves = append(cl.LateLeaves, topics.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ThroughNs})
+		cl.LateLeaves = append(cl.LateLeaves, topics.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ThroughNs, Exact: w.Exact})
 	}
 	return cl
 }
 
-// storeOutbox adds entries to b's outbox and returns them with their
+// storeOutbox adds the entries of items to b's outbox and sets their
 // sequence numbers, to be queued once b commits.
-func storeOutbox(b *membership.Batch, entries []outboxEntry) ([]outboxItem, error) {
-	items := make([]outboxItem, 0, len(entries))
-	for _, e := range entries {
-		seq, err := b.AddOutbox(encodeOutbox(e))
+func storeOutbox(b *membership.Batch, items []outboxItem) error {
+	for i := range items {
+		seq, err := b.AddOutbox(encodeOutbox(items[i].e))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		items = append(items, outboxItem{seq: seq, e: e})
+		items[i].seq = seq
 	}
-	return items, nil
+	return nil
 }

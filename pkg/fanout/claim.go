@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cohortgate/cohortgate/pkg/membership"
 )
 
 // claim is this instance's ownership of partition p of both input topics,
@@ -23,11 +25,19 @@ type claim struct {
 	assignedNs int64 // wall clock at assignment; signals wait for an observation after it
 	marks      *watermarks
 	// judgedBelow is the commands offset below which an earlier owner had
-	// applied every command when it committed the decisions that seeded
-	// maxEventNs (from the offset metadata): it judged those commands
-	// late or not itself, so replaying them here is not late. Set before
+	// applied every command, and produced the changelog records of every
+	// one, when it committed the decisions that seeded maxEventNs (from the
+	// offset metadata): it judged those commands late or not itself, so
+	// replaying them here is neither late nor recorded again. Set before
 	// the claim is shared.
 	judgedBelow int64
+	// inheritedMaxNs is the highest event time earlier owners decided (from
+	// the offset metadata), -1 if none: a leave after it cannot have
+	// leaked a signal they forwarded. Set before the claim is shared.
+	inheritedMaxNs int64
+	// fwd remembers the signals this claim forwarded, for exact late-leave
+	// windows.
+	fwd *forwarded
 
 	// applied is the next commands offset; every command below it is in
 	// the gate and in Pebble (or in the batch about to commit).
@@ -45,13 +55,31 @@ type claim struct {
 	// observed after assignment: the partition has restored.
 	caughtUp atomic.Bool
 	revoked  atomic.Bool
+	// openTxnSinceNs is the wall clock (ns) at which the tracker first saw
+	// the commands partition held by an open transaction (everything
+	// below the last stable offset applied, records above it), 0 while it
+	// is not.
+	openTxnSinceNs atomic.Int64
+	// openTxnWarnedNs is when the tracker last logged the hold; the
+	// tracker's alone.
+	openTxnWarnedNs int64
+
+	// Owned by the commands side: windows recovered from the changelog
+	// (see recover.go) that are not yet in the store, because the episode
+	// they belong to has not been replayed yet.
+	recovery struct {
+		done    bool
+		pending map[uint64][]membership.LateLeave
+	}
 }
 
 func newClaim(partition int32, assignedNs, applied int64, marksLimit int) *claim {
 	c := &claim{
-		partition:  partition,
-		assignedNs: assignedNs,
-		marks:      newWatermarks(marksLimit),
+		partition:      partition,
+		assignedNs:     assignedNs,
+		marks:          newWatermarks(marksLimit),
+		inheritedMaxNs: -1,
+		fwd:            newForwarded(),
 	}
 	c.applied.Store(applied)
 	c.deciding.Store(-1)
@@ -59,22 +87,14 @@ func newClaim(partition int32, assignedNs, applied int64, marksLimit int) *claim
 	return c
 }
 
-// late reports whether a leave with boundary left, at commands offset
-// offset, is late: a signal of the partition with an event time at or
-// after left may already have been decided without it. seen is the
-// highest such event time.
-func (c *claim) late(offset int64, left uint64) (seen uint64, late bool) {
-	m := c.maxEventNs.Load()
-	if m < 0 || left > uint64(m) || offset < c.judgedBelow {
-		return 0, false
-	}
-	return uint64(m), true
-}
-
 // meta is a partition's committed offset metadata: the highest event time
-// decided and how far the commands were applied, "<event ns>:<offset>".
-func (c *claim) meta() string {
-	return strconv.FormatInt(c.maxEventNs.Load(), 10) + ":" + strconv.FormatInt(max(c.applied.Load(), c.judgedBelow), 10)
+// decided and how far the commands were judged, "<event ns>:<offset>".
+// judged is the applied offset read before the outbox was last drained
+// into the cycle being committed: the changelog records of every command
+// below it commit with the metadata, which is what lets the next owner
+// skip them.
+func (c *claim) meta(judged int64) string {
+	return strconv.FormatInt(c.maxEventNs.Load(), 10) + ":" + strconv.FormatInt(max(judged, c.judgedBelow), 10)
 }
 
 // parseMeta reads what claim.meta wrote; metadata of the older form
@@ -147,4 +167,40 @@ func (cs *claims) len() int {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return len(cs.mu.m)
+}
+
+// lateWindow decides the late-leave window of a leave at commands offset
+// offset whose episode, as the batch leaves it, is [left, end) (end is
+// membership.OpenEnd while open). fwd is what the claim's record of
+// forwarded signals knows of the user in [left, end): the latest event time
+// forwarded, whether there was one, and whether the record is complete
+// back to left.
+//
+// A leave an earlier owner applied (offset < judgedBelow) was judged by it.
+// Otherwise the window is exact when no earlier owner decided a signal at
+// or after left and the record is complete: the latest forwarded signal of
+// the user in the episode, or no window when there is none. Else it is the
+// bound [left, min(latest event time decided on the partition, end-1)],
+// not exact, when a signal at or after left was decided at all.
+func (c *claim) lateWindow(offset int64, left, end uint64, fwd fwdResult) (membership.LateLeave, bool) {
+	if offset < c.judgedBelow || end == left {
+		return membership.LateLeave{}, false // judged by an earlier owner; or an empty episode holds nothing
+	}
+	if int64(left) > c.inheritedMaxNs && fwd.complete {
+		if !fwd.found {
+			return membership.LateLeave{}, false
+		}
+		return membership.LateLeave{LeftAtNs: left, ThroughNs: uint64(fwd.latest), Exact: true}, true
+	}
+	seen := c.maxEventNs.Load()
+	if seen < 0 || uint64(seen) < left {
+		return membership.LateLeave{}, false
+	}
+	return membership.LateLeave{LeftAtNs: left, ThroughNs: min(uint64(seen), end-1)}, true
+}
+
+// fwdResult is what forwarded.latest found.
+type fwdResult struct {
+	latest          int64
+	found, complete bool
 }

@@ -1,37 +1,55 @@
 package fanout
 
-import "testing"
+import (
+	"testing"
 
-// TestClaimLate pins when a leave is late. The replay cases are the bug
-// the chaos harness found: an owner taking a partition over replays the
-// commands from its own (older, or absent) checkpoint, and every leave its
-// predecessor had applied in time was reported late against the
-// predecessor's decided event time: over a hundred false late-leave
-// windows per handover in the changelog, sending the purge job after
-// contributions that were never made.
-func TestClaimLate(t *testing.T) {
+	"github.com/cohortgate/cohortgate/pkg/membership"
+)
+
+// TestClaimLateWindow pins when a leave is late and what window it gets.
+// The replay cases are the bug the chaos harness found: an owner taking a
+// partition over replays the commands from its own (older, or absent)
+// checkpoint, and every leave its predecessor had applied in time was
+// reported late against the predecessor's decided event time: over a
+// hundred false late-leave windows per handover in the changelog, sending
+// the purge job after contributions that were never made. The exact cases
+// are issue 13's: a window names a forwarded signal of the user, or there
+// is none.
+func TestClaimLateWindow(t *testing.T) {
+	const open = membership.OpenEnd
+	exact := func(latest int64) fwdResult { return fwdResult{latest: latest, found: true, complete: true} }
+	none := fwdResult{complete: true}
+	unknown := fwdResult{}
 	for _, tc := range []struct {
 		name        string
 		maxEventNs  int64
+		inherited   int64
 		judgedBelow int64
 		offset      int64
-		left        uint64
-		wantLate    bool
+		left, end   uint64
+		fwd         fwdResult
+		want        membership.LateLeave // zero: no window
 	}{
-		{"nothing decided yet", -1, 0, 5, 100, false},
-		{"boundary after everything decided", 200, 0, 5, 201, false},
-		{"boundary at the highest decided event time", 200, 0, 5, 200, true},
-		{"boundary before it", 200, 0, 5, 150, true},
-		{"replayed: the previous owner applied it", 200, 40, 39, 150, false},
-		{"new since the previous owner", 200, 40, 40, 150, true},
+		{"nothing decided yet", -1, -1, 0, 5, 100, open, none, membership.LateLeave{}},
+		{"nothing of the user forwarded", 200, -1, 0, 5, 150, open, none, membership.LateLeave{}},
+		{"the user's latest forwarded signal", 200, -1, 0, 5, 150, open, exact(170), membership.LateLeave{LeftAtNs: 150, ThroughNs: 170, Exact: true}},
+		{"replayed: the previous owner applied it", 200, 190, 40, 39, 150, open, exact(170), membership.LateLeave{}},
+		{"an empty episode holds nothing", 200, -1, 0, 5, 150, 150, exact(170), membership.LateLeave{}},
+		{"a previous owner decided after the boundary", 200, 180, 40, 40, 150, open, exact(170),
+			membership.LateLeave{LeftAtNs: 150, ThroughNs: 200}},
+		{"the record does not reach back", 200, -1, 0, 5, 150, open, unknown, membership.LateLeave{LeftAtNs: 150, ThroughNs: 200}},
+		{"bounded by the episode's end", 200, 180, 0, 5, 150, 160, unknown, membership.LateLeave{LeftAtNs: 150, ThroughNs: 159}},
+		{"boundary after everything decided, unknown record", 200, 180, 0, 5, 201, open, unknown, membership.LateLeave{}},
+		{"boundary after what previous owners decided", 200, 149, 0, 5, 150, open, exact(151), membership.LateLeave{LeftAtNs: 150, ThroughNs: 151, Exact: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClaim(0, 0, 0, 8)
 			c.maxEventNs.Store(tc.maxEventNs)
+			c.inheritedMaxNs = tc.inherited
 			c.judgedBelow = tc.judgedBelow
-			seen, late := c.late(tc.offset, tc.left)
-			if late != tc.wantLate || (late && seen != uint64(tc.maxEventNs)) {
-				t.Fatalf("late(%d, %d) = %d, %v; want late %v", tc.offset, tc.left, seen, late, tc.wantLate)
+			got, ok := c.lateWindow(tc.offset, tc.left, tc.end, tc.fwd)
+			if ok != (tc.want != membership.LateLeave{}) || got != tc.want {
+				t.Fatalf("lateWindow(%d, %d, %d, %+v) = %+v, %v; want %+v", tc.offset, tc.left, tc.end, tc.fwd, got, ok, tc.want)
 			}
 		})
 	}
@@ -42,13 +60,13 @@ func TestClaimMeta(t *testing.T) {
 	c := newClaim(0, 0, 17, 8)
 	c.maxEventNs.Store(1764633600000000000)
 	c.judgedBelow = 9
-	ts, judged, err := parseMeta(c.meta())
+	ts, judged, err := parseMeta(c.meta(17))
 	if err != nil || ts != 1764633600000000000 || judged != 17 {
-		t.Fatalf("parseMeta(%q) = %d, %d, %v", c.meta(), ts, judged, err)
+		t.Fatalf("parseMeta(%q) = %d, %d, %v", c.meta(17), ts, judged, err)
 	}
 	c.judgedBelow = 30 // not yet caught up with what the previous owner applied
-	if _, judged, _ := parseMeta(c.meta()); judged != 30 {
-		t.Fatalf("meta %q: judged %d, want 30", c.meta(), judged)
+	if _, judged, _ := parseMeta(c.meta(17)); judged != 30 {
+		t.Fatalf("meta %q: judged %d, want 30", c.meta(17), judged)
 	}
 	for _, tc := range []struct {
 		in         string

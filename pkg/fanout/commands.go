@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -18,16 +19,19 @@ import (
 // them to the store and the gate. It is the only writer of both.
 //
 // For each fetch it:
-//  1. applies every command to one indexed store batch, with the
-//     partitions' checkpoints;
-//  2. updates the gate for every changed user. The gate may run ahead of
+//  1. recovers, once per claim, the late-leave windows earlier owners
+//     wrote to the changelog (recover.go);
+//  2. applies every command to one indexed store batch, with the
+//     partitions' checkpoints, and attaches recovered windows as their
+//     episodes appear;
+//  3. updates the gate for every changed user. The gate may run ahead of
 //     the store: a crash before the batch commits replays the same
 //     commands from the old checkpoint into the same state (application is
 //     deterministic), so a signal dropped meanwhile stays dropped;
-//  3. reads, per partition, how far the signals side may have decided
+//  4. reads, per partition, how far the signals side may have decided
 //     without these commands, which gives receipts and late-leave windows,
 //     and stores them with the changelog records in the batch's outbox;
-//  4. commits the batch (one fsync) and only then advances the applied
+//  5. commits the batch (one fsync) and only then advances the applied
 //     offsets that release held signals.
 type applier struct {
 	p  *Processor
@@ -35,7 +39,7 @@ type applier struct {
 	kp keyPartition
 }
 
-// applied is the outcome of one command, kept until the batch commits.
+// appliedCmd is the outcome of one command, kept until the batch commits.
 type appliedCmd struct {
 	c      *claim
 	r      *kgo.Record
@@ -53,7 +57,7 @@ func (a *applier) run(ctx context.Context) error {
 		if err := a.fetchErrors(fetches); err != nil {
 			return err
 		}
-		if err := a.apply(fetches); err != nil {
+		if err := a.apply(ctx, fetches); err != nil {
 			return err
 		}
 	}
@@ -78,34 +82,35 @@ func (a *applier) fetchErrors(fetches kgo.Fetches) error {
 	return fatal
 }
 
-func (a *applier) apply(fetches kgo.Fetches) error {
+func (a *applier) apply(ctx context.Context, fetches kgo.Fetches) error {
+	for _, fp := range fetchedPartitions(fetches) {
+		if c := a.p.claims.get(fp.Partition); c != nil && !c.recovery.done {
+			if err := a.recoverWindows(ctx, c); err != nil {
+				return err
+			}
+		}
+	}
 	b := a.p.store.NewBatch()
 	defer b.Close()
 	var (
 		cmds     []appliedCmd
-		items    []pendingOutbox
+		items    []outboxItem
 		advanced []claimOffset
 	)
-	var applyErr error
-	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+	topic := string(a.p.cfg.Topics.Commands)
+	for _, fp := range fetchedPartitions(fetches) {
 		c := a.p.claims.get(fp.Partition)
-		if c == nil || applyErr != nil || len(fp.Records) == 0 {
-			return // not ours (any more): its next owner applies it
+		if c == nil {
+			continue // not ours (any more): its next owner applies it
 		}
-		// The store's checkpoint is the truth: a claim made while an
-		// earlier claim's batch was committing may start below it.
+		// The claim's position, not the store's checkpoint: a claim may
+		// start below the checkpoint on purpose, to write the changelog
+		// records of commands applied before (see Processor.assigned).
+		// Applied again, each is a duplicate.
 		next := c.applied.Load()
-		cp, ok, err := a.p.store.Checkpoint(string(a.p.cfg.Topics.Commands), c.partition)
-		if err != nil {
-			applyErr = err
-			return
-		}
-		if ok && cp > next {
-			next = cp
-		}
 		for _, r := range fp.Records {
 			if r.Offset < next {
-				continue // applied already, fetched again after re-assignment
+				continue // fetched again after re-assignment
 			}
 			next = r.Offset + 1
 			if r.Attrs.IsControl() {
@@ -113,22 +118,26 @@ func (a *applier) apply(fetches kgo.Fetches) error {
 			}
 			cmd, out, err := a.one(b, c, r)
 			if err != nil {
-				applyErr = err
-				return
+				return err
 			}
 			if cmd != nil {
 				cmds = append(cmds, *cmd)
+				if err := a.attachRecovered(b, c, cmd.cmd.UserID); err != nil {
+					return err
+				}
 			}
 			items = append(items, out...)
 		}
-		if err := b.SetCheckpoint(string(a.p.cfg.Topics.Commands), c.partition, next); err != nil {
-			applyErr = err
-			return
+		cp, ok, err := a.p.store.Checkpoint(topic, c.partition)
+		if err != nil {
+			return err
+		}
+		if !ok || next > cp {
+			if err := b.SetCheckpoint(topic, c.partition, next); err != nil {
+				return err
+			}
 		}
 		advanced = append(advanced, claimOffset{c, next})
-	})
-	if applyErr != nil {
-		return applyErr
 	}
 	if len(advanced) == 0 {
 		return nil
@@ -136,13 +145,12 @@ func (a *applier) apply(fetches kgo.Fetches) error {
 	if err := a.updateGate(cmds); err != nil {
 		return err
 	}
-	changelog, err := a.settle(b, cmds)
+	changelog, err := a.settle(ctx, b, cmds)
 	if err != nil {
 		return err
 	}
 	items = append(items, changelog...)
-	stored, err := storeOutbox(b, items)
-	if err != nil {
+	if err := storeOutbox(b, items); err != nil {
 		return err
 	}
 	if err := b.Commit(); err != nil {
@@ -151,9 +159,20 @@ func (a *applier) apply(fetches kgo.Fetches) error {
 	for _, ca := range advanced {
 		ca.c.applied.Store(ca.next)
 	}
-	a.p.outbox.add(stored...)
+	a.p.outbox.add(items...)
 	a.count(cmds)
 	return nil
+}
+
+// fetchedPartitions lists the partitions of fetches that brought records.
+func fetchedPartitions(fetches kgo.Fetches) []kgo.FetchTopicPartition {
+	var out []kgo.FetchTopicPartition
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) > 0 {
+			out = append(out, fp)
+		}
+	})
+	return out
 }
 
 type claimOffset struct {
@@ -161,32 +180,36 @@ type claimOffset struct {
 	next int64
 }
 
-// pendingOutbox is an outbox entry not yet stored.
-type pendingOutbox = outboxEntry
-
 // one applies the command in r, returning what it did (nil when the record
-// is not a command) and the outbox entries it needs. Only a store failure
-// is an error; bad input becomes a DLQ entry.
-func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd, []pendingOutbox, error) {
-	dlq := func(reason topics.Reason, err error) []pendingOutbox {
-		a.p.m.dlq.WithLabelValues(sourceCmds, string(reason)).Inc()
-		return []pendingOutbox{outboxFrom(deadLetterRecord(a.p.cfg.Topics.DLQ, r, reason, err), -1)}
+// is not a command the store takes) and the outbox entries it needs. Only
+// a store failure is an error; bad input becomes a DLQ entry. The checks
+// are the README's rules C1 to C7, in their order.
+func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd, []outboxItem, error) {
+	dlq := func(reason topics.Reason, err error) []outboxItem {
+		dl := deadLetterRecord(a.p.cfg.Topics.DLQ, a.p.lim.deadLetterBudget(a.p.cfg.Topics.DLQ), r, reason, err)
+		a.p.m.dlq.WithLabelValues(sourceCmds, headerValue(dl, topics.HeaderReason)).Inc()
+		return []outboxItem{{e: outboxFrom(dl, -1)}}
 	}
 	if _, err := topics.ParseUserID(r.Key); err != nil {
 		return nil, dlq(topics.ReasonOf(err), err), nil
 	}
 	if want := a.kp.of(r.Key, a.p.signalPartitions); want != r.Partition {
+		rp := republishRecord(r, want)
+		if !a.p.lim.fits(rp) {
+			return nil, dlq(topics.ReasonRecordTooLarge, fmt.Errorf("misrouted command of %d bytes does not fit %s again with its header (max.message.bytes %d)",
+				userBytes(r), r.Topic, a.p.lim.of(r.Topic))), nil
+		}
 		a.p.m.misrouted.WithLabelValues(sourceCmds).Inc()
 		a.p.warnMisrouted(r, want)
-		return nil, []pendingOutbox{outboxFrom(republishRecord(r, want), want)}, nil
+		return nil, []outboxItem{{e: outboxFrom(rp, want)}}, nil
 	}
 	cmd, err := topics.DecodeCommand(r.Key, r.Value)
 	if err != nil {
 		return nil, dlq(topics.ReasonOf(err), err), nil
 	}
-	at := cmd.AtNs
-	if !cmd.HasAt {
-		at = uint64(r.Timestamp.UnixNano())
+	at, reason, err := boundary(cmd, r.Timestamp, a.p.cfg.MaxFutureSkew)
+	if err != nil {
+		return nil, dlq(reason, err), nil
 	}
 	op := membership.OpLeave
 	if cmd.Op == topics.Rejoin {
@@ -201,6 +224,34 @@ func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd
 			cmd.Op, cmd.UserID, r.Partition, r.Offset, err)
 	}
 	return &appliedCmd{c: c, r: r, cmd: cmd, atNs: at, change: change}, nil, nil
+}
+
+// boundary returns a command's boundary: its at_ns, or its record
+// timestamp when it has none (rule C4). A boundary that is no time the
+// processor can hold (above 2^63-1 ns, or a record timestamp that is
+// negative or beyond 2^63-1 ns) is refused with command_at_out_of_range;
+// one more than skew ahead of the record's own timestamp with
+// command_future_skew. Both checks read only the record, so a replay
+// decides the same.
+func boundary(cmd topics.Command, recordTs time.Time, skew time.Duration) (uint64, topics.Reason, error) {
+	ms := recordTs.UnixMilli()
+	tsOK := ms >= 0 && ms <= math.MaxInt64/int64(time.Millisecond)
+	if !cmd.HasAt {
+		if !tsOK {
+			return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("no at_ns, and the record timestamp %d ms is no time in 0..2^63-1 ns", ms)
+		}
+		return uint64(ms) * uint64(time.Millisecond), "", nil
+	}
+	if cmd.AtNs > math.MaxInt64 {
+		return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("at_ns %d is above 2^63-1 ns, no time the processor holds", cmd.AtNs)
+	}
+	// Unsigned, so that a negative record timestamp cannot overflow.
+	ts := uint64(ms) * uint64(time.Millisecond)
+	if ms < 0 || (tsOK && cmd.AtNs > ts && cmd.AtNs-ts > uint64(skew)) {
+		return 0, topics.ReasonCommandFutureSkew, fmt.Errorf("at_ns %d is more than %v ahead of the record timestamp %d ms",
+			cmd.AtNs, skew, ms)
+	}
+	return cmd.AtNs, "", nil
 }
 
 // updateGate installs, for every user a command changed, the episodes the
@@ -224,10 +275,13 @@ func (a *applier) updateGate(cmds []appliedCmd) error {
 	return nil
 }
 
-// gateEpisodes appends eps, converted, to dst.
+// gateEpisodes appends eps, converted, to dst. Empty episodes hold no
+// signal and are left out.
 func gateEpisodes(dst []gate.Episode, eps []membership.Episode) []gate.Episode {
 	for _, e := range eps {
-		dst = append(dst, gate.Episode{LeftAtNs: e.LeftAtNs, RejoinedAtNs: e.RejoinedAtNs})
+		if !e.IsEmpty() {
+			dst = append(dst, gate.Episode{LeftAtNs: e.LeftAtNs, RejoinedAtNs: e.RejoinedAtNs})
+		}
 	}
 	return dst
 }
@@ -235,11 +289,15 @@ func gateEpisodes(dst []gate.Episode, eps []membership.Episode) []gate.Episode {
 // settle runs after the gate holds the batch's commands. For each command
 // it reads how far the signals side may have decided without it, giving
 // the receipt (enforced from signals offset deciding onward) and, for a
-// leave whose boundary lies at or before an event time already asked
-// about, the late-leave window. It returns the changelog records.
-func (a *applier) settle(b *membership.Batch, cmds []appliedCmd) ([]pendingOutbox, error) {
+// leave that opened an episode or moved one's boundary back after signals
+// of the user in it were forwarded, the late-leave window. It returns the
+// changelog records, but none for a command an earlier owner of the
+// partition had judged (below judgedBelow): its record is in the changelog
+// already, and one written from the state of a replay that has not caught
+// up would hide windows and episodes that record has.
+func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []appliedCmd) ([]outboxItem, error) {
 	now := a.p.cfg.Now().UnixNano()
-	out := make([]pendingOutbox, 0, len(cmds))
+	out := make([]outboxItem, 0, len(cmds))
 	for i := range cmds {
 		ac := &cmds[i]
 		rc := topics.Receipt{
@@ -248,40 +306,78 @@ func (a *applier) settle(b *membership.Batch, cmds []appliedCmd) ([]pendingOutbo
 			SignalsOffset:    ac.c.deciding.Load(),
 		}
 		if ac.change.Changed && ac.cmd.Op == topics.Leave {
-			left := ac.change.After.LeftAtNs
-			if seen, late := ac.c.late(ac.r.Offset, left); late {
-				a.late(ac, left, seen)
-				if err := b.RecordLateLeave(ac.cmd.UserID, membership.LateLeave{LeftAtNs: left, ThroughNs: seen}); err != nil {
-					return nil, err
-				}
+			if err := a.judge(ctx, b, ac); err != nil {
+				return nil, err
 			}
 		}
 		note := topics.Note{Command: commandRef(a.p.cfg.Topics.Commands, ac), Receipt: &rc}
 		if err := b.SetNote(ac.cmd.UserID, topics.AppendNote(nil, note)); err != nil {
 			return nil, err
 		}
+		if ac.r.Offset < ac.c.judgedBelow {
+			continue
+		}
 		m, err := b.Member(ac.cmd.UserID)
 		if err != nil {
 			return nil, err
 		}
 		cl := changelogOf(m, note)
-		out = append(out, outboxEntry{
+		out = append(out, outboxItem{claim: ac.c, e: outboxEntry{
 			Topic:       string(a.p.cfg.Topics.Changelog),
 			Partition:   -1,
 			Key:         topics.AppendUserID(nil, ac.cmd.UserID),
 			Value:       topics.AppendMemberRecord(nil, cl),
 			TimestampNs: ac.r.Timestamp.UnixNano(),
-		})
+		}})
 	}
 	return out, nil
 }
 
-func (a *applier) late(ac *appliedCmd, left, seen uint64) {
+// judge records the late-leave window of the leave ac, if it is late: see
+// claim.lateWindow. The episode is read as the whole batch leaves it, so
+// that a rejoin later in the batch bounds the window.
+func (a *applier) judge(ctx context.Context, b *membership.Batch, ac *appliedCmd) error {
+	user, left := ac.cmd.UserID, ac.change.After.LeftAtNs
+	m, err := b.Member(user)
+	if err != nil {
+		return err
+	}
+	end, ok := episodeEnd(m, left)
+	if !ok {
+		return nil // a later leave of the batch moved the boundary before it: judged there
+	}
+	var fr fwdResult
+	if int64(left) > ac.c.inheritedMaxNs {
+		to := int64(math.MaxInt64)
+		if end != membership.OpenEnd {
+			to = int64(end)
+		}
+		fr.latest, fr.found, fr.complete = ac.c.fwd.latest(ctx, user, int64(left), to)
+	}
+	w, late := ac.c.lateWindow(ac.r.Offset, left, end, fr)
+	if !late {
+		return nil
+	}
 	a.p.m.lateLeaves.Inc()
-	a.p.log.Warn("late leave: signals at or after the boundary may have been forwarded",
+	a.p.log.Warn("late leave: signals of the user at or after the boundary were forwarded",
 		"partition", ac.c.partition, "offset", ac.r.Offset,
-		"left_at_ns", left, "forwarded_through_ns", seen,
-		"window", time.Duration(seen-left).String())
+		"left_at_ns", w.LeftAtNs, "forwarded_through_ns", w.ThroughNs, "exact", w.Exact,
+		"window", time.Duration(w.ThroughNs-w.LeftAtNs).String())
+	return b.RecordLateLeave(user, w)
+}
+
+// episodeEnd returns the end of m's episode that starts at left
+// (membership.OpenEnd for the open one), and false when none does.
+func episodeEnd(m membership.Member, left uint64) (uint64, bool) {
+	if m.Status == membership.Left && m.LeftAtNs == left {
+		return membership.OpenEnd, true
+	}
+	for _, e := range m.History {
+		if e.LeftAtNs == left {
+			return e.RejoinedAtNs, true
+		}
+	}
+	return 0, false
 }
 
 func commandRef(t topics.Topic, ac *appliedCmd) *topics.CommandRef {
@@ -293,15 +389,29 @@ func commandRef(t topics.Topic, ac *appliedCmd) *topics.CommandRef {
 		Offset:    ac.r.Offset,
 		RequestID: ac.cmd.RequestID,
 		Changed:   ac.change.Changed,
+		Duplicate: ac.change.Duplicate,
 	}
 }
 
 func (a *applier) count(cmds []appliedCmd) {
 	for _, ac := range cmds {
 		result := "noop"
-		if ac.change.Changed {
+		switch {
+		case ac.change.Changed:
 			result = "changed"
+		case ac.change.Duplicate:
+			result = "duplicate"
 		}
 		a.p.m.commands.WithLabelValues(ac.cmd.Op.String(), result).Inc()
 	}
+}
+
+// headerValue returns the value of r's header key, or "".
+func headerValue(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
 }

@@ -51,8 +51,12 @@ type Config struct {
 	// commands acknowledged before the signal's event time are honoured.
 	Grace time.Duration
 	// MaxFutureSkew bounds how far a signal's event time may lie ahead of
-	// this processor's clock. A signal beyond it goes to the DLQ with reason
-	// timestamp_future_skew rather than stalling its partition. Default 5s.
+	// this processor's clock, and how far a command's boundary may lie
+	// ahead of the command's own record timestamp. A signal beyond it goes
+	// to the DLQ with reason timestamp_future_skew rather than stalling its
+	// partition; a command, with reason command_future_skew, rather than
+	// making its user left while the user's signals are still forwarded.
+	// Default 5s.
 	MaxFutureSkew time.Duration
 	// AlignInterval is how often the end offsets of owned commands
 	// partitions are observed. It bounds the hold a signal sees beyond
@@ -80,6 +84,18 @@ type Config struct {
 	// lost. It exists only so that a chaos control run can prove that its
 	// verifier sees leaked signals; never set it otherwise.
 	UnsafeSkipCommands bool
+	// UnsafeObserveLSO aligns signals with the commands partitions' last
+	// stable offset instead of their high watermark, so that a leave
+	// acknowledged behind a transaction left open does not hold the
+	// signals it must stop. It exists only so that a chaos control run can
+	// prove that its verifier sees the leak; never set it otherwise.
+	UnsafeObserveLSO bool
+	// UnsafeNoWindowRecovery skips reading the changelog for late-leave
+	// windows when a partition is taken over, so that an earlier owner's
+	// windows vanish from the records this instance writes. It exists only
+	// so that a chaos control run can prove that its verifier sees
+	// missing windows; never set it otherwise.
+	UnsafeNoWindowRecovery bool
 
 	// KafkaOpts are appended to every Kafka client the Processor makes
 	// (TLS, SASL, logging, hooks).

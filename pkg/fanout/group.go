@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -46,9 +47,13 @@ func (p *Processor) endTimeout() time.Duration {
 }
 
 // assigned claims the new signals partitions and starts consuming their
-// commands from the store's checkpoints. Their signals wait (fail closed)
-// until the commands are applied through an end offset observed after
-// this moment.
+// commands from the store's checkpoints, or from where the previous owner
+// had judged them when that is earlier: the commands this instance applied
+// beyond it (before a crash, say) may not have had their changelog
+// records produced, and applying them again is harmless (each is a
+// duplicate) and writes the records anew. Their signals wait (fail
+// closed) until the commands are applied through an end offset observed
+// after this moment.
 func (p *Processor) assigned(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
 	parts := m[string(p.cfg.Topics.Signals)]
 	if len(parts) == 0 {
@@ -68,9 +73,14 @@ func (p *Processor) assigned(ctx context.Context, _ *kgo.Client, m map[string][]
 			p.log.Warn("UNSAFE: skipping commands", "partition", part, "from", next, "to", end)
 			next = end
 		}
+		m, inherited := seen[part]
+		if inherited && m.judged < next && !p.cfg.UnsafeSkipCommands {
+			next = m.judged
+		}
 		c := newClaim(part, now, next, marksLimit)
-		if m, ok := seen[part]; ok {
+		if inherited {
 			c.maxEventNs.Store(m.eventNs)
+			c.inheritedMaxNs = m.eventNs
 			c.judgedBelow = m.judged
 		}
 		p.claims.put(c)
@@ -89,6 +99,7 @@ func (p *Processor) revoked(_ context.Context, _ *kgo.Client, m map[string][]int
 	}
 	for _, part := range parts {
 		p.claims.drop(part)
+		p.m.openTxn.DeleteLabelValues(strconv.Itoa(int(part)))
 	}
 	p.cmds.RemoveConsumePartitions(map[string][]int32{string(p.cfg.Topics.Commands): parts})
 	p.log.Info("partitions released", "partitions", parts)

@@ -21,6 +21,15 @@ type lane struct {
 	// record fetched for it), or -1 before any record: where an abort
 	// rewinds a partition the group has no commit for.
 	start kgo.EpochOffset
+	// judged is the claim's applied offset read just before the outbox was
+	// last drained: the changelog records of every command below it are in
+	// this cycle or an earlier one. It goes into the offset metadata.
+	judged int64
+	// pass collects the signals forwarded in the current decision pass,
+	// published to the claim's record at its end; mark is that record's
+	// count when the cycle began, for taking back an aborted cycle's.
+	pass []fwd
+	mark uint64
 }
 
 // loop is the signals side: one goroutine that owns a session and the
@@ -59,6 +68,9 @@ func (l *loop) run(ctx context.Context) error {
 	for {
 		if err := l.s.begin(); err != nil {
 			return fmt.Errorf("%w: unable to begin: %v", errReplaceSession, err)
+		}
+		for _, ln := range l.lanes {
+			ln.mark = ln.c.fwd.mark()
 		}
 		deadline := time.Now().Add(l.p.cfg.CommitInterval)
 		for ctx.Err() == nil && time.Now().Before(deadline) {
@@ -144,7 +156,7 @@ func (l *loop) syncLanes() {
 	}
 	for _, c := range l.p.claims.all() {
 		if l.lanes[c.partition] == nil {
-			l.lanes[c.partition] = &lane{c: c, start: kgo.EpochOffset{Epoch: -1, Offset: -1}}
+			l.lanes[c.partition] = &lane{c: c, start: kgo.EpochOffset{Epoch: -1, Offset: -1}, judged: c.judgedBelow, mark: c.fwd.mark()}
 		}
 	}
 }
@@ -180,6 +192,7 @@ func (l *loop) decideAll(ctx context.Context) {
 			continue
 		}
 		c := ln.c
+		c.fwd.begin() // before any gate read of the pass: see forwarded
 		through, known := c.marks.through(c.applied.Load(), c.assignedNs)
 		for {
 			h, ok := ln.q.peek()
@@ -188,15 +201,18 @@ func (l *loop) decideAll(ctx context.Context) {
 			}
 			ln.q.pop()
 		}
+		c.fwd.end(ln.pass)
+		ln.pass = ln.pass[:0]
 	}
 	l.p.held.Store(int64(l.heldCount()))
 }
 
 // decide settles one signal, reporting false when it must wait.
 //
-// The order of the checks is the contract: a key that is not a user id,
-// a record in the wrong partition and an event time implausibly far ahead
-// are settled at once (DLQ or re-publish); everything else waits until the
+// The order of the checks is the contract (README rules S1 to S5): a key
+// that is not a user id, a record in the wrong partition, one too large to
+// forward and an event time out of range or implausibly far ahead are
+// settled at once (DLQ or re-publish); everything else waits until the
 // commands of its partition are known complete through event time + grace
 // and then goes through the gate.
 func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int64, known bool) bool {
@@ -210,13 +226,25 @@ func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int6
 		l.republish(ctx, r, want, sourceSignals)
 		return true
 	}
-	ts := r.Timestamp.UnixNano()
-	if skew := l.p.cfg.MaxFutureSkew.Nanoseconds(); ts > nowNs+skew {
-		err := fmt.Errorf("event time %d ns is %v ahead of this processor's clock (max %v)",
-			ts, time.Duration(ts-nowNs), l.p.cfg.MaxFutureSkew)
+	// A forwarded copy is r's key, value and headers: r's size.
+	if cohort := string(l.p.cfg.Topics.Cohort); batchBytes(r) > l.p.lim.of(cohort) {
+		err := fmt.Errorf("signal of %d bytes does not fit %s (max.message.bytes %d)", userBytes(r), cohort, l.p.lim.of(cohort))
+		l.deadLetter(ctx, r, sourceSignals, topics.ReasonRecordTooLarge, err)
+		return true
+	}
+	ms := r.Timestamp.UnixMilli()
+	if ms < 0 {
+		err := fmt.Errorf("event time %d ms is before the Unix epoch", ms)
+		l.deadLetter(ctx, r, sourceSignals, topics.ReasonTimestampOutOfRange, err)
+		return true
+	}
+	if skew := l.p.cfg.MaxFutureSkew.Nanoseconds(); ms > (nowNs+skew)/int64(time.Millisecond) {
+		err := fmt.Errorf("event time %d ms is %v ahead of this processor's clock (max %v)",
+			ms, time.Duration(ms-nowNs/int64(time.Millisecond))*time.Millisecond, l.p.cfg.MaxFutureSkew)
 		l.deadLetter(ctx, r, sourceSignals, topics.ReasonTimestampSkew, err)
 		return true
 	}
+	ts := ms * int64(time.Millisecond)
 	if !known || max(ts+l.p.cfg.Grace.Nanoseconds(), c.assignedNs) > through {
 		return false
 	}
@@ -232,6 +260,7 @@ func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int6
 		l.p.m.dropped.WithLabelValues(dropLeft).Inc()
 		return true
 	}
+	ln.pass = append(ln.pass, fwd{user: user, ts: ts})
 	l.s.produce(ctx, &kgo.Record{
 		Topic:     string(l.p.cfg.Topics.Cohort),
 		Key:       r.Key,
@@ -262,17 +291,26 @@ func (l *loop) acked(r *kgo.Record, err error) {
 // latency, so the histogram stays a fair sample.
 const latencySample = 8
 
-// deadLetter sends r to the DLQ with the reason and its origin in headers.
+// deadLetter sends r to the DLQ with the reason and its origin in headers,
+// as a truncated copy when a whole one would not fit the DLQ.
 func (l *loop) deadLetter(ctx context.Context, r *kgo.Record, source string, reason topics.Reason, err error) {
-	l.p.m.dlq.WithLabelValues(source, string(reason)).Inc()
-	l.s.produce(ctx, deadLetterRecord(l.p.cfg.Topics.DLQ, r, reason, err), l.otherAcked)
+	dl := deadLetterRecord(l.p.cfg.Topics.DLQ, l.p.lim.deadLetterBudget(l.p.cfg.Topics.DLQ), r, reason, err)
+	l.p.m.dlq.WithLabelValues(source, headerValue(dl, topics.HeaderReason)).Inc()
+	l.s.produce(ctx, dl, l.otherAcked)
 }
 
-// republish sends r to the partition that owns its key in its own topic.
+// republish sends r to the partition that owns its key in its own topic,
+// or to the DLQ when it no longer fits that topic with its extra header.
 func (l *loop) republish(ctx context.Context, r *kgo.Record, want int32, source string) {
+	rp := republishRecord(r, want)
+	if !l.p.lim.fits(rp) {
+		l.deadLetter(ctx, r, source, topics.ReasonRecordTooLarge, fmt.Errorf("misrouted record of %d bytes does not fit %s again with its header (max.message.bytes %d)",
+			userBytes(r), r.Topic, l.p.lim.of(r.Topic)))
+		return
+	}
 	l.p.m.misrouted.WithLabelValues(source).Inc()
 	l.p.warnMisrouted(r, want)
-	l.s.produce(ctx, republishRecord(r, want), l.otherAcked)
+	l.s.produce(ctx, rp, l.otherAcked)
 }
 
 func (l *loop) otherAcked(r *kgo.Record, err error) {
@@ -293,10 +331,21 @@ func (l *loop) produceFailed(r *kgo.Record, err error) {
 }
 
 // drainOutbox produces what the commands side queued (changelog records,
-// DLQ records of bad commands, misrouted commands) inside this cycle.
+// DLQ records of bad commands, misrouted commands) inside this cycle. The
+// applied offsets are read first: the commands side queues a batch's
+// entries before it advances them, so every entry of a command below the
+// offset read is taken now or was before. A changelog entry whose claim is
+// gone is not produced (see outboxItem.claim); it is deleted with the
+// cycle all the same.
 func (l *loop) drainOutbox(ctx context.Context) {
+	for _, ln := range l.lanes {
+		ln.judged = ln.c.applied.Load()
+	}
 	items := l.p.outbox.take()
 	for _, it := range items {
+		if it.stale(l.p.cfg.Topics.Changelog) {
+			continue
+		}
 		l.s.produce(ctx, it.record(), l.otherAcked)
 	}
 	l.inflight = append(l.inflight, items...)
@@ -333,7 +382,7 @@ func (l *loop) heldCount() int {
 func (l *loop) end(ctx context.Context) error {
 	pos := make(map[int32]position, len(l.lanes))
 	for p, ln := range l.lanes {
-		ps := position{meta: ln.c.meta()}
+		ps := position{meta: ln.c.meta(ln.judged)}
 		if h, ok := ln.q.peek(); ok {
 			ps.held, ps.at = true, kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset}
 		}
@@ -362,6 +411,9 @@ func (l *loop) end(ctx context.Context) error {
 		l.p.log.Info("cycle aborted; its signals will be fetched again")
 		l.p.outbox.putBack(l.inflight)
 		l.inflight = l.inflight[:0]
+		for _, ln := range l.lanes {
+			ln.c.fwd.takeBack(ln.mark) // not forwarded: decided again
+		}
 		l.rewind()
 		return nil
 	}

@@ -20,6 +20,7 @@ type metrics struct {
 	holdSeconds    prometheus.Histogram
 	restoreSeconds prometheus.Gauge
 	lag            *prometheus.GaugeVec // partition
+	openTxn        *prometheus.GaugeVec // partition
 }
 
 // Metric names, exported for dashboards, alerts and tests.
@@ -37,6 +38,7 @@ const (
 	MetricHoldSeconds       = "cohortgate_hold_seconds"
 	MetricRestoreSeconds    = "cohortgate_restore_duration_seconds"
 	MetricConsumerLag       = "cohortgate_consumer_lag_records"
+	MetricOpenTransaction   = "cohortgate_commands_open_transaction_seconds"
 	MetricGateMembers       = "cohortgate_gate_members"
 	MetricGateBytes         = "cohortgate_gate_memory_bytes"
 	MetricHeldSignals       = "cohortgate_held_signals"
@@ -100,11 +102,14 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricConsumerLag, Help: "Records between the signals high watermark and the last fetched offset, per owned partition.",
 		}, []string{"partition"}),
+		openTxn: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricOpenTransaction, Help: "Seconds an owned commands partition has been held by a transaction left open on it (0 when it is not); its signals wait meanwhile.",
+		}, []string{"partition"}),
 	}
 	cs := []prometheus.Collector{
 		m.signalsIn, m.forwarded, m.dropped, m.dlq, m.commands, m.misrouted,
 		m.lateLeaves, m.txns, m.produceErrors, m.forwardLatency, m.holdSeconds,
-		m.restoreSeconds, m.lag,
+		m.restoreSeconds, m.lag, m.openTxn,
 		gaugeFunc(MetricGateMembers, "Users with an entry in the in-memory gate (users who ever left).", g.gateMembers),
 		gaugeFunc(MetricGateBytes, "Approximate bytes held by the in-memory gate.", g.gateBytes),
 		gaugeFunc(MetricHeldSignals, "Signals fetched and waiting for a decision.", g.heldSignals),

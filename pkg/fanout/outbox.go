@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // The outbox carries records that the commands side decides (changelog
@@ -89,6 +91,19 @@ func outboxFrom(r *kgo.Record, partition int32) outboxEntry {
 type outboxItem struct {
 	seq uint64
 	e   outboxEntry
+	// claim is the claim whose commands made a changelog entry, nil for
+	// the other entries and for every entry loaded from the store at
+	// start. A changelog entry is produced only while its claim still
+	// owns the partition: once the partition has moved (or the process
+	// restarted), the owner re-applies the commands the entry followed
+	// and writes the user's record anew, and an older record produced
+	// after it would hide it (a compacted topic keeps the last one).
+	claim *claim
+}
+
+// stale reports whether it is a changelog entry whose claim is gone.
+func (it outboxItem) stale(changelog topics.Topic) bool {
+	return it.e.Topic == string(changelog) && (it.claim == nil || it.claim.revoked.Load())
 }
 
 func (it outboxItem) record() *kgo.Record {

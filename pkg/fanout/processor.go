@@ -42,9 +42,12 @@ type Processor struct {
 	claims claims
 	outbox outbox
 
-	// signalPartitions is the partition count of both input topics, set by
-	// Run before any goroutine that reads it starts.
-	signalPartitions int32
+	// signalPartitions is the partition count of both input topics, and
+	// changelogPartitions the changelog's; lim the topics' size limits. Run
+	// sets them before any goroutine that reads them starts.
+	signalPartitions    int32
+	changelogPartitions int32
+	lim                 limits
 	cmds             *kgo.Client  // commands consumer, owned by Run
 	adm              *kadm.Client // admin and offsets, owned by Run
 
@@ -130,12 +133,29 @@ func (p *Processor) restoring() int {
 	return n
 }
 
-// Partitions lists the partitions this instance owns and whether each has
-// caught up with its commands.
-func (p *Processor) Partitions() map[int32]bool {
-	out := make(map[int32]bool)
+// PartitionStatus is the state of one owned partition.
+type PartitionStatus struct {
+	Partition int32
+	// CaughtUp is true once the partition's commands were applied through
+	// an end offset observed after its assignment: it forwards.
+	CaughtUp bool
+	// OpenTransaction is how long the partition's commands have been held
+	// by a transaction left open on them (everything below the last stable
+	// offset applied, records above it); 0 when they are not. Signals of
+	// the partition wait while it lasts.
+	OpenTransaction time.Duration
+}
+
+// Partitions lists the partitions this instance owns, ordered by number.
+func (p *Processor) Partitions() []PartitionStatus {
+	now := p.cfg.Now().UnixNano()
+	var out []PartitionStatus
 	for _, c := range p.claims.all() {
-		out[c.partition] = c.caughtUp.Load()
+		st := PartitionStatus{Partition: c.partition, CaughtUp: c.caughtUp.Load()}
+		if since := c.openTxnSinceNs.Load(); since != 0 {
+			st.OpenTransaction = time.Duration(max(now-since, 0))
+		}
+		out = append(out, st)
 	}
 	return out
 }

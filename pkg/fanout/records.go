@@ -9,8 +9,11 @@ import (
 )
 
 // deadLetterRecord copies r to the DLQ topic: original key, value, headers
-// and timestamp, plus headers saying why and where it came from.
-func deadLetterRecord(dlq topics.Topic, r *kgo.Record, reason topics.Reason, err error) *kgo.Record {
+// and timestamp, plus headers saying why and where it came from. A copy
+// larger than budget bytes (see batchBytes), and any copy for reason
+// record_too_large, is a truncated copy (truncateDeadLetter): a poison
+// record's DLQ copy must never be too large to produce.
+func deadLetterRecord(dlq topics.Topic, budget int, r *kgo.Record, reason topics.Reason, err error) *kgo.Record {
 	hs := make([]kgo.RecordHeader, 0, len(r.Headers)+5)
 	hs = append(hs, r.Headers...)
 	hs = append(hs,
@@ -20,13 +23,20 @@ func deadLetterRecord(dlq topics.Topic, r *kgo.Record, reason topics.Reason, err
 		kgo.RecordHeader{Key: topics.HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
 		kgo.RecordHeader{Key: topics.HeaderSourceOffset, Value: strconv.AppendInt(nil, r.Offset, 10)},
 	)
-	return &kgo.Record{
+	dl := &kgo.Record{
 		Topic:     string(dlq),
 		Key:       r.Key,
 		Value:     r.Value,
 		Headers:   hs,
 		Timestamp: r.Timestamp,
 	}
+	switch {
+	case reason == topics.ReasonRecordTooLarge:
+		return truncateDeadLetter(dl, r, "", budget)
+	case batchBytes(dl) > budget:
+		return truncateDeadLetter(dl, r, reason, budget)
+	}
+	return dl
 }
 
 func errorText(err error) string {

@@ -44,7 +44,7 @@ func TestRestoreGate(t *testing.T) {
 			apply = append(apply, membership.OpRejoin)
 		}
 		for i, op := range apply {
-			if _, err := b.Apply(op, u, at+uint64(i)*10); err != nil {
+			if _, err := b.Apply(membership.Command{Op: op, UserID: u, AtNs: at + uint64(i)*10}); err != nil {
 				t.Fatal(err)
 			}
 		}

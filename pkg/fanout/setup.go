@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,12 +47,17 @@ func (p *Processor) connect(ctx context.Context) error {
 		return fmt.Errorf("unable to create admin client: %w", err)
 	}
 	p.adm = kadm.NewClient(admCl)
-	n, err := ensureTopics(ctx, p.adm, p.cfg, p.log)
+	details, err := ensureTopics(ctx, p.adm, p.cfg, p.log)
 	if err != nil {
 		p.adm.Close()
 		return err
 	}
-	p.signalPartitions = n
+	p.signalPartitions = int32(len(details[string(p.cfg.Topics.Signals)].Partitions))
+	p.changelogPartitions = int32(len(details[string(p.cfg.Topics.Changelog)].Partitions))
+	if p.lim, err = readLimits(ctx, p.adm, p.cfg.Topics); err != nil {
+		p.adm.Close()
+		return err
+	}
 	p.cmds, err = kgo.NewClient(append(p.clientOpts("cohortgate-commands"),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
@@ -69,14 +75,52 @@ func (p *Processor) clientOpts(id string) []kgo.Opt {
 		kgo.SeedBrokers(p.cfg.Brokers...),
 		kgo.ClientID(id),
 		kgo.RecordPartitioner(newPartitioner()),
+		// What a topic takes, the producer takes: a record the broker would
+		// accept is never refused by the client, and one it would refuse
+		// is caught before producing (see limits).
+		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			return int32(min(max(p.lim.of(topic), 512), maxProducerBatchBytes))
+		}),
+		kgo.BrokerMaxWriteBytes(maxProducerBatchBytes + 1<<20),
 	}, p.cfg.KafkaOpts...)
 }
 
+// maxProducerBatchBytes caps the producer's batches whatever a topic
+// allows.
+const maxProducerBatchBytes = 64 << 20
+
+// readLimits reads the max.message.bytes of every topic of set. A topic
+// whose setting is not reported keeps Kafka's default.
+func readLimits(ctx context.Context, adm *kadm.Client, set topics.Set) (limits, error) {
+	l := limits{byTopic: make(map[string]int)}
+	names := []string{string(set.Commands), string(set.Signals), string(set.Cohort), string(set.DLQ), string(set.Changelog)}
+	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return l, fmt.Errorf("unable to read the topics' max.message.bytes: %w", err)
+	}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			return l, fmt.Errorf("unable to read the configs of topic %s: %w", rc.Name, rc.Err)
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" || c.Value == nil {
+				continue
+			}
+			n, err := strconv.Atoi(*c.Value)
+			if err != nil || n < 1 {
+				return l, fmt.Errorf("topic %s: max.message.bytes %q is not a positive integer", rc.Name, *c.Value)
+			}
+			l.byTopic[rc.Name] = n
+		}
+	}
+	return l, nil
+}
+
 // ensureTopics creates the missing topics when allowed and checks that the
-// input topics are co-partitioned. It returns their partition count.
+// input topics are co-partitioned. It returns every topic's details.
 func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, log interface {
 	Info(string, ...any)
-}) (int32, error) {
+}) (kadm.TopicDetails, error) {
 	specs := cfg.Topics.Specs()
 	names := make([]string, len(specs))
 	for i, s := range specs {
@@ -84,7 +128,7 @@ func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, log interfa
 	}
 	details, err := listTopics(ctx, adm, names)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var missing []topics.Spec
 	for _, s := range specs {
@@ -98,24 +142,24 @@ func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, log interfa
 			for _, s := range missing {
 				ms = append(ms, string(s.Topic))
 			}
-			return 0, &MissingTopicsError{Topics: ms}
+			return nil, &MissingTopicsError{Topics: ms}
 		}
 		if err := createTopics(ctx, adm, cfg, details, missing, log); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if details, err = waitTopics(ctx, adm, names); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	nc := len(details[string(cfg.Topics.Commands)].Partitions)
 	ns := len(details[string(cfg.Topics.Signals)].Partitions)
 	if nc != ns {
-		return 0, &PartitionMismatchError{
+		return nil, &PartitionMismatchError{
 			Commands: cfg.Topics.Commands, Signals: cfg.Topics.Signals,
 			CommandPartitions: nc, SignalPartitions: ns,
 		}
 	}
-	return int32(ns), nil
+	return details, nil
 }
 
 // listTopics returns the existing topics among names; a name that does not

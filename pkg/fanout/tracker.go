@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -40,10 +42,18 @@ func (e *CommandsGapError) Unwrap() error { return e.Err }
 
 func isOffsetOutOfRange(err error) bool { return errors.Is(err, kerr.OffsetOutOfRange) }
 
-// track observes, every AlignInterval, the last stable offset of every
-// owned commands partition, stamped with the wall-clock time the request
-// was sent. These observations release held signals (see watermarks) and
-// mark a partition caught up after assignment.
+// track observes, every AlignInterval, the high watermark of every owned
+// commands partition, stamped with the wall-clock time the request was
+// sent. These observations release held signals (see watermarks) and mark
+// a partition caught up after assignment.
+//
+// The high watermark, not the last stable offset: a leave acknowledged
+// after a record of a transaction still open lies above the last stable
+// offset, and an observation of that would release signals the leave must
+// stop (issue 13, finding 1). Observed at the high watermark, a partition
+// behind an open transaction holds its signals until the transaction ends
+// (fail closed), and the tracker, which also reads the last stable offset,
+// says how long (claim.openTxnSinceNs).
 func (p *Processor) track(ctx context.Context) error {
 	t := time.NewTicker(p.cfg.AlignInterval)
 	defer t.Stop()
@@ -66,7 +76,7 @@ func (p *Processor) track(ctx context.Context) error {
 			before[i] = c.applied.Load()
 		}
 		sent := p.cfg.Now().UnixNano()
-		listed, err := p.adm.ListCommittedOffsets(ctx, topic)
+		ends, stable, err := p.listCommandEnds(ctx, topic)
 		if err != nil {
 			if ctx.Err() == nil {
 				p.log.Warn("unable to observe commands end offsets", "err", err)
@@ -74,19 +84,94 @@ func (p *Processor) track(ctx context.Context) error {
 			continue
 		}
 		for i, c := range cs {
-			lo, ok := listed.Lookup(topic, c.partition)
-			if !ok || lo.Err != nil {
+			end, ok := ends[c.partition]
+			if !ok {
 				continue
 			}
-			prev, regressed := c.marks.observe(observation{sentNs: sent, end: lo.Offset})
-			if regressed || lo.Offset < before[i] {
+			prev, regressed := c.marks.observe(observation{sentNs: sent, end: end})
+			if regressed || end < before[i] {
 				next := before[i]
 				if regressed && prev > next {
 					next = prev
 				}
-				return &CommandsGapError{Topic: topic, Partition: c.partition, Next: next, End: lo.Offset}
+				return &CommandsGapError{Topic: topic, Partition: c.partition, Next: next, End: end}
 			}
 			p.markCaughtUp(c)
+			if lso, ok := stable[c.partition]; ok {
+				p.noteOpenTxn(c, lso, end, before[i], sent)
+			}
+		}
+	}
+}
+
+// listCommandEnds lists the high watermark and the last stable offset of
+// every commands partition. With UnsafeObserveLSO the last stable offset
+// stands for both.
+func (p *Processor) listCommandEnds(ctx context.Context, topic string) (ends, stable map[int32]int64, err error) {
+	lsos, err := p.adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	stable = make(map[int32]int64)
+	lsos.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			stable[o.Partition] = o.Offset
+		}
+	})
+	if p.cfg.UnsafeObserveLSO {
+		return stable, stable, nil
+	}
+	hwms, err := p.adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	ends = make(map[int32]int64)
+	hwms.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			ends[o.Partition] = o.Offset
+		}
+	})
+	return ends, stable, nil
+}
+
+// openTxnWarnEvery is how often a partition still held by an open
+// transaction is logged again.
+const openTxnWarnEvery = 10 * time.Second
+
+// noteOpenTxn records whether claim c's commands partition is held by an
+// open transaction: everything below the last stable offset lso applied,
+// and records above it, up to the high watermark hwm, that a read_committed
+// consumer cannot see until the transaction ends. It logs when a hold
+// starts to matter, every openTxnWarnEvery while it lasts, and when it
+// ends.
+func (p *Processor) noteOpenTxn(c *claim, lso, hwm, applied, nowNs int64) {
+	since := c.openTxnSinceNs.Load()
+	held := lso < hwm && applied >= lso
+	defer func() {
+		if c.revoked.Load() {
+			return // its series is gone with the partition
+		}
+		var d float64
+		if s := c.openTxnSinceNs.Load(); s != 0 {
+			d = time.Duration(nowNs - s).Seconds()
+		}
+		p.m.openTxn.WithLabelValues(strconv.Itoa(int(c.partition))).Set(d)
+	}()
+	switch {
+	case held && since == 0:
+		c.openTxnSinceNs.Store(nowNs)
+	case held:
+		if d := time.Duration(nowNs - since); d >= time.Second && time.Duration(nowNs-c.openTxnWarnedNs) >= openTxnWarnEvery {
+			c.openTxnWarnedNs = nowNs
+			p.log.Warn("commands partition held by an open transaction; its signals wait until it ends",
+				"partition", c.partition, "held", d.Round(time.Millisecond).String(), "last_stable_offset", lso, "high_watermark", hwm)
+		}
+	case since != 0:
+		c.openTxnSinceNs.Store(0)
+		c.openTxnWarnedNs = 0
+		if d := time.Duration(nowNs - since); d >= time.Second {
+			p.log.Info("commands partition no longer held by an open transaction", "partition", c.partition,
+				"held", d.Round(time.Millisecond).String())
 		}
 	}
 }

@@ -1,0 +1,231 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// Late-leave windows are not derivable from the commands: they record which
+// signals an owner had forwarded when a leave came late. A new owner of a
+// partition (after a rebalance, a replacement, a wiped data directory)
+// replays the commands into its store, but the windows its predecessors
+// recorded are only in the changelog. Once recorded, a window must be in
+// every later record of its user (issue 13, finding 2), so before a claim
+// applies its first command, recoverWindows reads the changelog's records
+// of the claim's users and puts their windows into the store, each as soon
+// as the store holds the episode it starts.
+
+// recoveryTimeout bounds one attempt to read the changelog.
+const recoveryTimeout = 5 * time.Minute
+
+// recoverWindows recovers c's windows, retrying until it succeeds or ctx
+// ends: until then the partition's commands wait (and with them its
+// signals), which is the fail-closed choice. It runs on the commands side.
+func (a *applier) recoverWindows(ctx context.Context, c *claim) error {
+	c.recovery.done = true
+	if a.p.cfg.UnsafeNoWindowRecovery {
+		a.p.log.Warn("UNSAFE: late-leave windows of earlier owners not recovered", "partition", c.partition)
+		return nil
+	}
+	start := time.Now()
+	var (
+		ws    map[uint64][]membership.LateLeave
+		stats recoveryStats
+		err   error
+	)
+	for attempt := 1; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+		ws, stats, err = a.readWindows(rctx, c.partition)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		if fatal := notAuthorized("reading "+string(a.p.cfg.Topics.Changelog), err); fatal != nil {
+			return fatal
+		}
+		a.p.log.Warn("unable to read late-leave windows from the changelog; the partition's commands wait",
+			"partition", c.partition, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(time.Duration(attempt)*time.Second, 30*time.Second)):
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	b := a.p.store.NewBatch()
+	defer b.Close()
+	c.recovery.pending = make(map[uint64][]membership.LateLeave)
+	for user, list := range ws {
+		for _, w := range list {
+			if err := attach(b, user, w); errors.Is(err, errNoEpisode) {
+				c.recovery.pending[user] = append(c.recovery.pending[user], w)
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return fmt.Errorf("unable to store recovered late-leave windows: %w", err)
+	}
+	if stats.records > 0 {
+		a.p.log.Info("late-leave windows recovered from the changelog", "partition", c.partition,
+			"records", stats.records, "users_with_windows", len(ws), "windows", stats.windows,
+			"awaiting_replay", len(c.recovery.pending), "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	return nil
+}
+
+// errNoEpisode is attach's error for a window whose episode the store does
+// not hold (yet).
+var errNoEpisode = errors.New("fanout: no episode starts at the window")
+
+// attach records w in b if the user's episode that starts at w.LeftAtNs is
+// in the store, and returns errNoEpisode otherwise. Windows attach only at
+// an episode's exact start: while a replay has not caught up, the user's
+// episodes are not yet the ones the window was recorded against.
+func attach(b *membership.Batch, user uint64, w membership.LateLeave) error {
+	m, err := b.Member(user)
+	if err != nil {
+		return err
+	}
+	if _, ok := episodeEnd(m, w.LeftAtNs); !ok {
+		return errNoEpisode
+	}
+	return b.RecordLateLeave(user, w)
+}
+
+// attachRecovered attaches the recovered windows of user that wait for
+// their episode, after a command of the user was applied to b.
+func (a *applier) attachRecovered(b *membership.Batch, c *claim, user uint64) error {
+	list := c.recovery.pending[user]
+	if len(list) == 0 {
+		return nil
+	}
+	kept := list[:0]
+	for _, w := range list {
+		if err := attach(b, user, w); errors.Is(err, errNoEpisode) {
+			kept = append(kept, w)
+		} else if err != nil {
+			return err
+		}
+	}
+	if len(kept) == 0 {
+		delete(c.recovery.pending, user)
+	} else {
+		c.recovery.pending[user] = kept
+	}
+	return nil
+}
+
+type recoveryStats struct{ records, windows int }
+
+// readWindows reads the changelog, read_committed, up to its last stable
+// offsets as they are now, and returns the late-leave windows of the users
+// of signals partition part, merged per leave: the latest
+// forwarded_through, exact only if every record said so. Every record of a
+// user counts, not only the latest: a record written by an owner that had
+// not recovered a window must not hide it.
+func (a *applier) readWindows(ctx context.Context, part int32) (map[uint64][]membership.LateLeave, recoveryStats, error) {
+	var st recoveryStats
+	topic := string(a.p.cfg.Topics.Changelog)
+	parts := []int32{part}
+	if a.p.changelogPartitions != a.p.signalPartitions {
+		parts = parts[:0]
+		for i := range a.p.changelogPartitions {
+			parts = append(parts, i)
+		}
+	}
+	starts, err := a.p.adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, st, fmt.Errorf("listing the changelog's start offsets: %w", err)
+	}
+	ends, err := a.p.adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return nil, st, fmt.Errorf("listing the changelog's end offsets: %w", err)
+	}
+	want := make(map[int32]int64) // partition → end still to reach
+	from := make(map[int32]kgo.Offset)
+	for _, p := range parts {
+		s, okS := starts.Lookup(topic, p)
+		e, okE := ends.Lookup(topic, p)
+		if !okS || !okE || s.Err != nil || e.Err != nil {
+			return nil, st, fmt.Errorf("no offsets for changelog partition %d: %v %v", p, s.Err, e.Err)
+		}
+		if e.Offset > s.Offset {
+			want[p] = e.Offset
+			from[p] = kgo.NewOffset().At(s.Offset)
+		}
+	}
+	byUser := make(map[uint64]map[uint64]membership.LateLeave)
+	if len(want) > 0 {
+		cl, err := kgo.NewClient(append(a.p.clientOpts("cohortgate-recovery"),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.KeepControlRecords(),
+		)...)
+		if err != nil {
+			return nil, st, err
+		}
+		defer cl.Close()
+		for len(want) > 0 {
+			fetches := cl.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				return nil, st, fmt.Errorf("reading the changelog: %w (%d partitions not read to their end)", err, len(want))
+			}
+			var fetchErr error
+			fetches.EachError(func(_ string, _ int32, err error) { fetchErr = err })
+			if fetchErr != nil {
+				return nil, st, fmt.Errorf("reading the changelog: %w", fetchErr)
+			}
+			fetches.EachRecord(func(r *kgo.Record) {
+				if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
+					delete(want, r.Partition)
+				}
+				if r.Attrs.IsControl() {
+					return
+				}
+				user, err := topics.ParseUserID(r.Key)
+				if err != nil || a.kp.of(r.Key, a.p.signalPartitions) != part {
+					return
+				}
+				st.records++
+				rec, err := topics.DecodeMemberRecord(r.Value)
+				if err != nil {
+					a.p.log.Warn("changelog record that does not decode; its windows, if any, are lost",
+						"partition", r.Partition, "offset", r.Offset, "err", err)
+					return
+				}
+				for _, w := range rec.LateLeaves {
+					if w.ForwardedThroughNs < w.LeftAtNs {
+						continue // not a window the processor writes
+					}
+					if byUser[user] == nil {
+						byUser[user] = make(map[uint64]membership.LateLeave)
+					}
+					lw := membership.LateLeave{LeftAtNs: w.LeftAtNs, ThroughNs: w.ForwardedThroughNs, Exact: w.Exact}
+					if old, ok := byUser[user][w.LeftAtNs]; ok {
+						lw.ThroughNs = max(lw.ThroughNs, old.ThroughNs)
+						lw.Exact = lw.Exact && old.Exact
+					}
+					byUser[user][w.LeftAtNs] = lw
+				}
+			})
+		}
+	}
+	out := make(map[uint64][]membership.LateLeave, len(byUser))
+	for user, m := range byUser {
+		for _, w := range m {
+			out[user] = append(out[user], w)
+			st.windows++
+		}
+	}
+	return out, st, nil
+}

@@ -1,0 +1,125 @@
+package fanout
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// Record sizes as a broker measures them against a topic's
+// max.message.bytes: the record batch the record travels in. A record is
+// sized as if alone in a batch, with the widest timestamp and offset deltas
+// it could have inside a larger one, so that a record judged to fit fits in
+// any batch franz-go builds (which also refuses, before compressing, a
+// record whose batch would exceed its ProducerBatchMaxBytes).
+const (
+	batchOverhead = 61 // v2 record batch header
+	// recordOverhead is the widest fixed part of one v2 record: length
+	// varint (5), attributes (1), timestamp delta varlong (10), offset
+	// delta varint (5), key and value length varints (5 each), header
+	// count varint (5).
+	recordOverhead = 5 + 1 + 10 + 5 + 5 + 5 + 5
+	// headerOverhead is the widest fixed part of one header: its key and
+	// value length varints.
+	headerOverhead = 5 + 5
+)
+
+// DefaultMaxMessageBytes is Kafka's default max.message.bytes (1 MiB plus
+// the batch overhead), assumed for a topic whose setting cannot be read.
+const DefaultMaxMessageBytes = 1048588
+
+// maxDeadLetterBytes bounds a DLQ copy whatever the DLQ topic allows: it is
+// kept in the store's outbox (JSON, so base64: 4/3 of it) until produced.
+const maxDeadLetterBytes = 8 << 20
+
+// batchBytes is the most bytes r can take in a record batch.
+func batchBytes(r *kgo.Record) int {
+	n := batchOverhead + recordOverhead + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// limits are the largest record batch each topic takes, from the topics'
+// max.message.bytes, read once at start; the producer is configured with
+// the same limits, so that what the broker would take the client takes too.
+type limits struct {
+	byTopic map[string]int
+}
+
+// of returns topic's limit, DefaultMaxMessageBytes when it is not known.
+func (l limits) of(topic string) int {
+	if n, ok := l.byTopic[topic]; ok && n > 0 {
+		return n
+	}
+	return DefaultMaxMessageBytes
+}
+
+// fits reports whether r fits its topic.
+func (l limits) fits(r *kgo.Record) bool { return batchBytes(r) <= l.of(r.Topic) }
+
+// deadLetterBudget is the largest DLQ copy the processor makes.
+func (l limits) deadLetterBudget(dlq topics.Topic) int {
+	return min(l.of(string(dlq)), maxDeadLetterBytes)
+}
+
+// truncateDeadLetter returns a DLQ copy of orig that fits budget bytes, with
+// reason record_too_large: the original key (at most topics.MaxTruncatedKey
+// bytes), the original headers if they take at most a quarter of the
+// budget, the headers of dl (the full copy deadLetterRecord made) but for
+// its reason, headers identifying the original (origReason is the reason
+// it was dead-lettered for, "" for a valid record too large to forward),
+// and as much of the value's head as fits. budget must leave room for the
+// headers (a few KiB); whatever it is, the value is cut to nothing before
+// anything else is dropped.
+func truncateDeadLetter(dl, orig *kgo.Record, origReason topics.Reason, budget int) *kgo.Record {
+	sum := sha256.Sum256(orig.Value)
+	hs := []kgo.RecordHeader{
+		{Key: topics.HeaderReason, Value: []byte(topics.ReasonRecordTooLarge)},
+		{Key: topics.HeaderOriginalReason, Value: []byte(origReason)},
+		{Key: topics.HeaderOriginalSize, Value: strconv.AppendInt(nil, userBytes(orig), 10)},
+		{Key: topics.HeaderOriginalSHA256, Value: hex.AppendEncode(nil, sum[:])},
+	}
+	for _, h := range dl.Headers[len(orig.Headers):] {
+		switch h.Key {
+		case topics.HeaderReason:
+		case topics.HeaderError:
+			if len(h.Value) > 1024 {
+				h.Value = h.Value[:1024]
+			}
+			hs = append(hs, h)
+		default:
+			hs = append(hs, h)
+		}
+	}
+	out := &kgo.Record{Topic: dl.Topic, Key: orig.Key, Timestamp: dl.Timestamp}
+	if len(out.Key) > topics.MaxTruncatedKey {
+		out.Key = out.Key[:topics.MaxTruncatedKey]
+	}
+	origHeaders := 0
+	for _, h := range orig.Headers {
+		origHeaders += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	if origHeaders <= budget/4 {
+		out.Headers = append(append(make([]kgo.RecordHeader, 0, len(orig.Headers)+len(hs)), orig.Headers...), hs...)
+	} else {
+		out.Headers = append(hs, kgo.RecordHeader{Key: topics.HeaderOriginalHeaders, Value: strconv.AppendInt(nil, int64(len(orig.Headers)), 10)})
+	}
+	room := budget - batchBytes(out)
+	out.Value = orig.Value[:max(0, min(room, len(orig.Value)))]
+	return out
+}
+
+// userBytes is the bytes of r's key, value and headers.
+func userBytes(r *kgo.Record) int64 {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return int64(n)
+}
