@@ -30,6 +30,8 @@ type lane struct {
 	// count when the cycle began, for taking back an aborted cycle's.
 	pass []fwd
 	mark uint64
+	// committedMeta is the offset metadata last committed for the lane.
+	committedMeta string
 }
 
 // loop is the signals side: one goroutine that owns a session and the
@@ -383,6 +385,7 @@ func (l *loop) end(ctx context.Context) error {
 	pos := make(map[int32]position, len(l.lanes))
 	for p, ln := range l.lanes {
 		ps := position{meta: ln.c.meta(ln.judged)}
+		ps.refresh = ps.meta != ln.committedMeta
 		if h, ok := ln.q.peek(); ok {
 			ps.held, ps.at = true, kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset}
 		}
@@ -418,6 +421,11 @@ func (l *loop) end(ctx context.Context) error {
 		return nil
 	}
 	l.p.m.txns.WithLabelValues(outcomeCommit).Inc()
+	for p, ln := range l.lanes {
+		if ps, ok := pos[p]; ok {
+			ln.committedMeta = ps.meta
+		}
+	}
 	l.delivered()
 	return nil
 }

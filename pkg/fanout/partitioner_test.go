@@ -73,8 +73,11 @@ func TestRewriteTxnOffsets(t *testing.T) {
 	}
 	rewriteTxnOffsets(req, "signals", map[int32]position{
 		0: {held: true, at: kgo.EpochOffset{Epoch: 2, Offset: 40}, meta: "7"},
-		1: {meta: "8"},
-	})
+		1: {meta: "8", refresh: true},
+		5: {meta: "9", refresh: true},  // no new records: committed again with its new metadata
+		6: {meta: "10"},                // no new records, metadata unchanged: left out
+		7: {meta: "11", refresh: true}, // never committed: nothing to commit
+	}, map[int32]kgo.EpochOffset{5: {Epoch: 3, Offset: 55}, 6: {Epoch: 3, Offset: 66}})
 	sig := req.Topics[0].Partitions
 	if sig[0].Offset != 40 || sig[0].LeaderEpoch != 2 || *sig[0].Metadata != "7" {
 		t.Errorf("held partition: %+v", sig[0])
@@ -85,7 +88,10 @@ func TestRewriteTxnOffsets(t *testing.T) {
 	if sig[2].Offset != 100 || sig[2].Metadata != nil {
 		t.Errorf("partition without a position: %+v", sig[2])
 	}
-	if other := req.Topics[1].Partitions[0]; other.Offset != 100 || other.Metadata != nil {
-		t.Errorf("other topic touched: %+v", other)
+	if len(sig) != 4 || sig[3].Partition != 5 || sig[3].Offset != 55 || sig[3].LeaderEpoch != 3 || *sig[3].Metadata != "9" {
+		t.Errorf("refreshed partitions: %+v, want partition 5 added at its committed offset", sig[3:])
+	}
+	if other := req.Topics[1].Partitions[0]; other.Offset != 100 || other.Metadata != nil || len(req.Topics[1].Partitions) != 3 {
+		t.Errorf("other topic touched: %+v", req.Topics[1].Partitions)
 	}
 }

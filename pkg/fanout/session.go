@@ -44,7 +44,12 @@ type session interface {
 type position struct {
 	held bool            // at is the first undecided record; commit it instead of the poll head
 	at   kgo.EpochOffset // valid when held
-	meta string          // offset metadata: the partition's highest decided event time
+	meta string          // offset metadata: the partition's highest decided event time and judged commands
+	// refresh asks for the metadata to be committed even when no record of
+	// the partition was polled in the cycle (at its committed offset): a
+	// partition without new signals still applies commands, and its next
+	// owner must know how far they were judged.
+	refresh bool
 }
 
 // failures counts produce errors of the current cycle.
@@ -106,17 +111,18 @@ func (t *txnSession) end(ctx context.Context, commit bool, pos map[int32]positio
 		}
 	}
 	try := kgo.TransactionEndTry(commit && t.failed.n.Load() == 0)
+	committed := t.s.Client().CommittedOffsets()[t.topic]
 	ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
-		rewriteTxnOffsets(req, t.topic, pos)
+		rewriteTxnOffsets(req, t.topic, pos, committed)
 		return nil
 	})
 	ctx, cancel := context.WithTimeout(ctx, t.endTimeout)
 	defer cancel()
-	committed, err := t.s.End(ctx, try)
+	ok, err := t.s.End(ctx, try)
 	if err != nil {
 		return false, fmt.Errorf("unable to end transaction: %w", err)
 	}
-	return committed, nil
+	return ok, nil
 }
 
 // rewriteTxnOffsets replaces the offset franz-go would commit for a held
@@ -124,14 +130,21 @@ func (t *txnSession) end(ctx context.Context, commit bool, pos map[int32]positio
 // record: signals still held for alignment must be fetched again after a
 // crash. Other partitions keep franz-go's offset, which also steps over
 // transaction markers that never reach the caller.
-func rewriteTxnOffsets(req *kmsg.TxnOffsetCommitRequest, topic string, pos map[int32]position) {
+//
+// A partition asking for a refresh of its metadata that franz-go has no
+// new offset for is added at its committed offset, if it has one.
+func rewriteTxnOffsets(req *kmsg.TxnOffsetCommitRequest, topic string, pos map[int32]position, committed map[int32]kgo.EpochOffset) {
+	seen := make(map[int32]bool, len(pos))
+	ti := -1
 	for i := range req.Topics {
 		t := &req.Topics[i]
 		if t.Topic != topic {
 			continue
 		}
+		ti = i
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
+			seen[p.Partition] = true
 			if o, ok := pos[p.Partition]; ok {
 				if o.held {
 					p.Offset, p.LeaderEpoch = o.at.Offset, o.at.Epoch
@@ -139,6 +152,19 @@ func rewriteTxnOffsets(req *kmsg.TxnOffsetCommitRequest, topic string, pos map[i
 				p.Metadata = kmsg.StringPtr(o.meta)
 			}
 		}
+	}
+	for part, o := range pos {
+		c, ok := committed[part]
+		if seen[part] || !o.refresh || !ok {
+			continue
+		}
+		if ti < 0 {
+			req.Topics = append(req.Topics, kmsg.TxnOffsetCommitRequestTopic{Topic: topic})
+			ti = len(req.Topics) - 1
+		}
+		p := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+		p.Partition, p.Offset, p.LeaderEpoch, p.Metadata = part, c.Offset, c.Epoch, kmsg.StringPtr(o.meta)
+		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, p)
 	}
 }
 
@@ -192,9 +218,17 @@ func (p *plainSession) end(ctx context.Context, commit bool, pos map[int32]posit
 	if !commit || p.failed.n.Load() > 0 {
 		return false, nil // the caller rewinds
 	}
+	if offsets == nil {
+		offsets = make(map[int32]kgo.EpochOffset)
+	}
+	committed := p.cl.CommittedOffsets()[p.topic]
 	for part, o := range pos {
-		if _, ok := offsets[part]; ok && o.held {
+		_, ok := offsets[part]
+		switch c, known := committed[part]; {
+		case ok && o.held:
 			offsets[part] = o.at
+		case !ok && o.refresh && known:
+			offsets[part] = c // metadata only: see position.refresh
 		}
 	}
 	ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
