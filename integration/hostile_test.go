@@ -137,6 +137,12 @@ func TestLateLeaveWindowSurvivesHandover(t *testing.T) {
 			eventually(t, 30*time.Second, func() error {
 				return hasWindow(latestRecord(e, user), want)
 			})
+			// Another user's signal after the leave: the first owner's last
+			// decided event time is then later than the window's end, and
+			// its offsets say it judged the leave, so a new owner that
+			// merely re-judged the leave could not come up with the window.
+			e.signal(user+1, time.Now(), "later")
+			e.waitDecided()
 			if err := a.stop(t); err != nil {
 				t.Fatalf("first owner: %v", err)
 			}
