@@ -542,3 +542,51 @@ func hasWindow(m topics.MemberRecord, want topics.LateLeave) error {
 	}
 	return nil
 }
+
+// TestBrokerRefusals: a record can be refused for a reason of its own that
+// no check before producing sees, here a cohort and a changelog topic that
+// take no timestamp older than an hour (message.timestamp.before.max.ms).
+// A refused forward must not abort every cycle forever (finding 3): the
+// signal goes to the DLQ as record_refused, and the changelog record is
+// produced again stamped now. kfake does not enforce the setting, so this
+// runs on Apache Kafka only.
+func TestBrokerRefusals(t *testing.T) {
+	if !broker.real {
+		t.Skip("kfake does not enforce message.timestamp.before.max.ms; runs with KAFKA_BROKERS (make test-kafka)")
+	}
+	e := newEnv(t, 1)
+	hour := kadm.StringPtr(strconv.Itoa(int(time.Hour / time.Millisecond)))
+	for _, topic := range []topics.Topic{e.set.Cohort, e.set.Changelog} {
+		if _, err := e.adm.AlterTopicConfigs(e.ctx(30*time.Second), []kadm.AlterConfig{{
+			Name: "message.timestamp.before.max.ms", Value: hour,
+		}}, string(topic)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr := e.start(t.TempDir(), e.config())
+	pr.waitReady(t, 1)
+	old := time.Now().Add(-2 * time.Hour)
+	refused := e.signal(1, old, "two-hours-old")
+	key := topics.AppendUserID(nil, 2)
+	e.produce(&kgo.Record{Topic: string(e.set.Commands), Key: key, Value: []byte(`{"op":"leave","user_id":2}`), Timestamp: old})
+	e.signal(3, time.Now(), "fresh")
+	e.waitDecided()
+	if out := e.readAll(e.set.Cohort); !hasValue(out, "fresh") || hasValue(out, "two-hours-old") {
+		t.Fatalf("cohort topic holds %q; want the fresh signal only", values(out))
+	}
+	eventually(t, 30*time.Second, func() error {
+		dl := findDLQ(e.readAll(e.set.DLQ), refused)
+		if got := header(dl, topics.HeaderReason); got != string(topics.ReasonRecordRefused) {
+			return fmt.Errorf("the refused signal's DLQ reason is %q, want %s", got, topics.ReasonRecordRefused)
+		}
+		if rec := latestRecord(e, 2); rec.Status != "left" {
+			return fmt.Errorf("user 2's changelog record is %+v; want it produced again, stamped now", rec)
+		}
+		return nil
+	})
+	select {
+	case err := <-pr.done:
+		t.Fatalf("the processor stopped: %v", err)
+	default:
+	}
+}

@@ -27,6 +27,11 @@ type MemberRecord struct {
 	LeftAtNs *uint64 `json:"left_at_ns"`
 	// History lists the closed leave episodes, ascending; never null.
 	History []Episode `json:"history"`
+	// HistoryOmitted is how many of the oldest episodes a record leaves
+	// out because the whole history did not fit the changelog topic's
+	// max.message.bytes; they are in the user's earlier records. Absent
+	// (0) otherwise.
+	HistoryOmitted int `json:"history_omitted,omitempty"`
 	// LateLeaves lists the windows in which signals of this user may have
 	// been forwarded although the user had left: leaves that reached the
 	// processor after signals with later event times had been allowed

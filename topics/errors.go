@@ -79,6 +79,12 @@ const (
 	// topic it had to go to. The DLQ holds a truncated copy; see
 	// HeaderOriginalReason and the other HeaderOriginal headers.
 	ReasonRecordTooLarge Reason = "record_too_large"
+	// ReasonRecordRefused: the broker refused what the record became (the
+	// forwarded copy, a re-published copy, a DLQ copy) for a reason of its
+	// own other than size: an invalid record, a timestamp the target
+	// topic does not take. The DLQ holds a copy stamped with the time it
+	// was written; HeaderError says what the broker said.
+	ReasonRecordRefused Reason = "record_refused"
 )
 
 // Reasons returns every Reason defined by this package, in a stable order,
@@ -92,6 +98,7 @@ func Reasons() []Reason {
 		ReasonCommandAtNs, ReasonCommandRequestID,
 		ReasonRejoinBeforeLeave, ReasonTimestampSkew,
 		ReasonTimestampOutOfRange, ReasonCommandAtOutOfRange, ReasonCommandFutureSkew, ReasonRecordTooLarge,
+		ReasonRecordRefused,
 	}
 }
 
@@ -190,6 +197,8 @@ var (
 	ErrCommandFutureSkew = &Error{Reason: ReasonCommandFutureSkew}
 	// ErrRecordTooLarge: see ReasonRecordTooLarge; produced by the processor.
 	ErrRecordTooLarge = &Error{Reason: ReasonRecordTooLarge}
+	// ErrRecordRefused: see ReasonRecordRefused; produced by the processor.
+	ErrRecordRefused = &Error{Reason: ReasonRecordRefused}
 )
 
 // maxQuoted bounds how many input bytes an error Detail quotes, so a huge

@@ -94,6 +94,7 @@ func TestReasons(t *testing.T) {
 		"command_at_ns", "command_request_id",
 		"rejoin_before_leave", "timestamp_future_skew",
 		"timestamp_out_of_range", "command_at_out_of_range", "command_future_skew", "record_too_large",
+		"record_refused",
 	}
 	got := Reasons()
 	if fmt.Sprint(got) != fmt.Sprint(want) {

@@ -40,3 +40,27 @@ func storeOutbox(b *membership.Batch, items []outboxItem) error {
 	}
 	return nil
 }
+
+// trimChangelog returns the changelog record value with the oldest history
+// episodes left out (and counted in history_omitted) so that it takes at
+// most budget bytes, or false when it cannot be made to fit. The late-leave
+// windows, status and command stay: they are what the purge job must not
+// lose.
+func trimChangelog(value []byte, budget int) ([]byte, bool) {
+	m, err := topics.DecodeMemberRecord(value)
+	if err != nil {
+		return nil, false
+	}
+	for keep := len(m.History); keep >= 0; keep /= 2 {
+		t := m
+		t.HistoryOmitted = m.HistoryOmitted + len(m.History) - keep
+		t.History = m.History[len(m.History)-keep:]
+		if v := topics.AppendMemberRecord(nil, t); len(v) <= budget {
+			return v, true
+		}
+		if keep == 0 {
+			break
+		}
+	}
+	return nil, false
+}

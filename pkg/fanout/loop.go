@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -50,6 +51,14 @@ type loop struct {
 
 	// passNs is the wall clock, in Unix ns, read once per decideAll pass.
 	passNs int64
+
+	// refusedOutbox holds the outbox entries (by sequence number) the
+	// broker refused, written by promises, read when the entries are
+	// produced again: see poison.go.
+	refusedOutbox struct {
+		sync.Mutex
+		m map[uint64]error
+	}
 }
 
 // errReplaceSession asks Run to close the session and make a new one: the
@@ -219,13 +228,28 @@ func (l *loop) decideAll(ctx context.Context) {
 // and then goes through the gate.
 func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int64, known bool) bool {
 	r, c := h.r, ln.c
+	rfl, refused := l.p.refused.take(r)
+	switch {
+	case refused && rfl.deadLetter:
+		l.p.log.Warn("DLQ copy refused by the broker; dead-lettering a minimal copy", "topic", r.Topic,
+			"partition", r.Partition, "offset", r.Offset, "err", rfl.err)
+		dl := minimalDeadLetter(l.p.cfg.Topics.DLQ, r, refusalReason(rfl.err), rfl.err)
+		l.p.m.dlq.WithLabelValues(sourceSignals, headerValue(dl, topics.HeaderReason)).Inc()
+		l.s.produce(ctx, dl, l.otherAcked)
+		return true
+	case refused && rfl.alone:
+		l.p.log.Warn("record refused by the broker on its own; dead-lettered instead", "topic", r.Topic,
+			"partition", r.Partition, "offset", r.Offset, "err", rfl.err)
+		l.deadLetter(ctx, r, sourceSignals, refusalReason(rfl.err), rfl.err)
+		return true
+	}
 	user, err := topics.ParseUserID(r.Key)
 	if err != nil {
 		l.deadLetter(ctx, r, sourceSignals, topics.ReasonOf(err), err)
 		return true
 	}
 	if want := l.kp.of(r.Key, l.p.signalPartitions); want != r.Partition {
-		l.republish(ctx, r, want, sourceSignals)
+		l.republish(ctx, r, want, sourceSignals, refused)
 		return true
 	}
 	// A forwarded copy is r's key, value and headers: r's size.
@@ -263,13 +287,18 @@ func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int6
 		return true
 	}
 	ln.pass = append(ln.pass, fwd{user: user, ts: ts})
-	l.s.produce(ctx, &kgo.Record{
+	out := &kgo.Record{
 		Topic:     string(l.p.cfg.Topics.Cohort),
 		Key:       r.Key,
 		Value:     r.Value,
 		Headers:   r.Headers,
 		Timestamp: r.Timestamp,
-	}, l.promise)
+	}
+	if refused {
+		l.produceAlone(ctx, out, l.promise)
+	} else {
+		l.s.produce(ctx, out, l.promise)
+	}
 	return true
 }
 
@@ -277,6 +306,9 @@ func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int6
 // session, which ends the cycle without committing.
 func (l *loop) acked(r *kgo.Record, err error) {
 	if err != nil {
+		if refusedByBroker(err) {
+			l.p.refused.add(r, err)
+		}
 		l.produceFailed(r, err)
 		return
 	}
@@ -302,8 +334,9 @@ func (l *loop) deadLetter(ctx context.Context, r *kgo.Record, source string, rea
 }
 
 // republish sends r to the partition that owns its key in its own topic,
-// or to the DLQ when it no longer fits that topic with its extra header.
-func (l *loop) republish(ctx context.Context, r *kgo.Record, want int32, source string) {
+// or to the DLQ when it no longer fits that topic with its extra header;
+// alone after a refusal (see poison.go).
+func (l *loop) republish(ctx context.Context, r *kgo.Record, want int32, source string, alone bool) {
 	rp := republishRecord(r, want)
 	if !l.p.lim.fits(rp) {
 		l.deadLetter(ctx, r, source, topics.ReasonRecordTooLarge, fmt.Errorf("misrouted record of %d bytes does not fit %s again with its header (max.message.bytes %d)",
@@ -312,13 +345,69 @@ func (l *loop) republish(ctx context.Context, r *kgo.Record, want int32, source 
 	}
 	l.p.m.misrouted.WithLabelValues(source).Inc()
 	l.p.warnMisrouted(r, want)
+	if alone {
+		l.produceAlone(ctx, rp, l.otherAcked)
+		return
+	}
 	l.s.produce(ctx, rp, l.otherAcked)
 }
 
+// produceAlone produces r in a record batch of its own: what was buffered
+// before is flushed first, and r right after. A broker refuses a whole
+// batch for one bad record; alone, r is known to be refused for itself.
+// Only records refused before take this slow path.
+func (l *loop) produceAlone(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	if err := l.s.client().Flush(ctx); err != nil {
+		l.p.log.Warn("flush before producing a record alone", "err", err)
+	}
+	if p, ok := r.Context.(pinned); ok {
+		p.alone = true
+		r.Context = p
+	} else {
+		r.Context = producedAlone{context.Background()}
+	}
+	l.s.produce(ctx, r, promise)
+	if err := l.s.client().Flush(ctx); err != nil {
+		l.p.log.Warn("flush after producing a record alone", "err", err)
+	}
+}
+
+// otherAcked accounts for a DLQ copy or a re-published copy of a signal.
 func (l *loop) otherAcked(r *kgo.Record, err error) {
 	if err != nil {
+		if refusedByBroker(err) {
+			l.p.refused.add(r, err)
+		}
 		l.produceFailed(r, err)
 	}
+}
+
+// outboxAcked returns the promise of the outbox entry seq.
+func (l *loop) outboxAcked(seq uint64) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
+		if err == nil {
+			return
+		}
+		if refusedByBroker(err) {
+			l.refusedOutbox.Lock()
+			if l.refusedOutbox.m == nil {
+				l.refusedOutbox.m = make(map[uint64]error)
+			}
+			l.refusedOutbox.m[seq] = err
+			l.refusedOutbox.Unlock()
+		}
+		l.produceFailed(r, err)
+	}
+}
+
+// takeRefusedOutbox returns the refusal of the outbox entry seq and
+// forgets it, or nil.
+func (l *loop) takeRefusedOutbox(seq uint64) error {
+	l.refusedOutbox.Lock()
+	defer l.refusedOutbox.Unlock()
+	err := l.refusedOutbox.m[seq]
+	delete(l.refusedOutbox.m, seq)
+	return err
 }
 
 // produceFailed accounts for a record the broker did not take. The session
@@ -344,11 +433,16 @@ func (l *loop) drainOutbox(ctx context.Context) {
 		ln.judged = ln.c.applied.Load()
 	}
 	items := l.p.outbox.take()
-	for _, it := range items {
+	for i := range items {
+		it := &items[i]
 		if it.stale(l.p.cfg.Topics.Changelog) {
 			continue
 		}
-		l.s.produce(ctx, it.record(), l.otherAcked)
+		if err := l.takeRefusedOutbox(it.seq); err != nil {
+			l.p.log.Warn("outbox record refused by the broker; producing a replacement", "topic", it.e.Topic, "err", err)
+			it.e = refusedEntry(it.e, l.p.cfg.Topics, l.p.lim, err)
+		}
+		l.s.produce(ctx, it.record(), l.outboxAcked(it.seq))
 	}
 	l.inflight = append(l.inflight, items...)
 }

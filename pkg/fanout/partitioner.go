@@ -11,12 +11,15 @@ import (
 // key, or a changelog record. A distinct type rather than a context value:
 // the partitioner runs for every record, and a type check costs a compare
 // where Context.Value walks the produce context's chain.
-type pinned struct{ context.Context }
+type pinned struct {
+	context.Context
+	alone bool // produced in a batch of its own: see loop.produceAlone
+}
 
 // pin sends r to partition rather than to its key's partition.
 func pin(r *kgo.Record, partition int32) {
 	r.Partition = partition
-	r.Context = pinned{context.Background()}
+	r.Context = pinned{Context: context.Background()}
 }
 
 // isPinned reports whether pin chose r's partition.

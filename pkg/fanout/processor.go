@@ -39,8 +39,9 @@ type Processor struct {
 	m     *metrics
 	log   *slog.Logger
 
-	claims claims
-	outbox outbox
+	claims  claims
+	outbox  outbox
+	refused refusals // records the broker refused, to settle otherwise when met again
 
 	// signalPartitions is the partition count of both input topics, and
 	// changelogPartitions the changelog's; lim the topics' size limits. Run
@@ -48,8 +49,8 @@ type Processor struct {
 	signalPartitions    int32
 	changelogPartitions int32
 	lim                 limits
-	cmds             *kgo.Client  // commands consumer, owned by Run
-	adm              *kadm.Client // admin and offsets, owned by Run
+	cmds                *kgo.Client  // commands consumer, owned by Run
+	adm                 *kadm.Client // admin and offsets, owned by Run
 
 	restored  atomic.Bool
 	started   atomic.Bool // topics checked, clients running

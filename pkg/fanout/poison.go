@@ -1,0 +1,211 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// A record can be refused for a reason of its own after every check the
+// processor makes before producing it: a broker whose limit is lower than
+// the topic's config said, a topic that refuses old timestamps
+// (message.timestamp.before.max.ms), a record the broker calls invalid. The
+// cycle then aborts and the record's input is fetched again; produced the
+// same way, it would be refused again, forever, and no partition would
+// move (issue 13, finding 3). So the processor remembers a refusal and
+// settles the input differently the next time: a DLQ copy becomes a
+// minimal one (see minimalDeadLetter), an outbox entry is replaced (see
+// refusedEntry), and a forwarded or re-published signal is first produced
+// again alone: a broker refuses a whole record batch for one bad record,
+// so the others in it are only suspects until refused on their own, after
+// which they go to the DLQ.
+
+// refusedBudget is the size of a DLQ copy made after a refusal: small
+// enough for any DLQ topic, large enough for headers and a head of value.
+const refusedBudget = 64 << 10
+
+// refusedByBroker reports whether err refuses this record for a reason of
+// its own: producing it again the same way cannot succeed.
+func refusedByBroker(err error) bool {
+	for _, code := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord,
+		kerr.CorruptMessage, kerr.InvalidTimestamp} {
+		if errors.Is(err, code) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusalReason is the DLQ reason of a record whose output was refused.
+func refusalReason(err error) topics.Reason {
+	if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
+		return topics.ReasonRecordTooLarge
+	}
+	return topics.ReasonRecordRefused
+}
+
+// refusals remembers inputs whose outputs the broker refused, until each
+// is met again. Promises (franz-go's goroutines) add; the signals loop
+// takes. Inputs are known by their source (topic, partition, offset) when
+// the refused record names it (a DLQ copy), otherwise by content (a
+// forwarded or re-published signal carries its input's key, value and
+// timestamp).
+type refusals struct {
+	n  atomic.Int32 // entries: the loop looks at nothing else while it is 0
+	mu struct {
+		sync.Mutex
+		bySource  map[source]refusal
+		byContent map[content]refusal
+	}
+}
+
+// refusal is why an input's output was refused; whether that output was
+// already its DLQ copy (the next must be minimal); and whether it was
+// produced alone (it is then known to be the record refused).
+type refusal struct {
+	err        error
+	deadLetter bool
+	alone      bool
+}
+
+type source struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+type content struct {
+	key  string
+	ts   int64
+	size int
+	sum  uint64
+}
+
+func contentOf(r *kgo.Record) content {
+	h := fnv.New64a()
+	h.Write(r.Value)
+	return content{key: string(r.Key), ts: r.Timestamp.UnixMilli(), size: len(r.Value), sum: h.Sum64()}
+}
+
+// add remembers that out, produced for an input of the signals topic, was
+// refused with err.
+func (rf *refusals) add(out *kgo.Record, err error) {
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	if src, ok := sourceOf(out); ok {
+		if rf.mu.bySource == nil {
+			rf.mu.bySource = make(map[source]refusal)
+		}
+		if _, dup := rf.mu.bySource[src]; !dup {
+			rf.n.Add(1)
+		}
+		rf.mu.bySource[src] = refusal{err: err, deadLetter: true}
+		return
+	}
+	if rf.mu.byContent == nil {
+		rf.mu.byContent = make(map[content]refusal)
+	}
+	c := contentOf(out)
+	if _, dup := rf.mu.byContent[c]; !dup {
+		rf.n.Add(1)
+	}
+	_, alone := out.Context.(producedAlone)
+	if p, ok := out.Context.(pinned); ok {
+		alone = p.alone
+	}
+	rf.mu.byContent[c] = refusal{err: err, alone: alone}
+}
+
+// producedAlone is the Context of a record produced in a batch of its own,
+// to learn whether it is the one a broker refuses.
+type producedAlone struct{ context.Context }
+
+// take returns the refusal of input r and forgets it; ok is false when
+// there is none.
+func (rf *refusals) take(r *kgo.Record) (rfl refusal, ok bool) {
+	if rf.n.Load() == 0 {
+		return refusal{}, false
+	}
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	src := source{r.Topic, r.Partition, r.Offset}
+	if rfl, ok := rf.mu.bySource[src]; ok {
+		delete(rf.mu.bySource, src)
+		rf.n.Add(-1)
+		return rfl, true
+	}
+	c := contentOf(r)
+	if rfl, ok := rf.mu.byContent[c]; ok {
+		delete(rf.mu.byContent, c)
+		rf.n.Add(-1)
+		return rfl, true
+	}
+	return refusal{}, false
+}
+
+// sourceOf reads the source headers of a DLQ copy.
+func sourceOf(r *kgo.Record) (source, bool) {
+	var src source
+	var okT, okP, okO bool
+	for _, h := range r.Headers {
+		switch h.Key {
+		case topics.HeaderSourceTopic:
+			src.topic, okT = string(h.Value), true
+		case topics.HeaderSourcePartition:
+			p, err := strconv.ParseInt(string(h.Value), 10, 32)
+			src.partition, okP = int32(p), err == nil
+		case topics.HeaderSourceOffset:
+			o, err := strconv.ParseInt(string(h.Value), 10, 64)
+			src.offset, okO = o, err == nil
+		}
+	}
+	return src, okT && okP && okO
+}
+
+// minimalDeadLetter is the DLQ copy of r after a copy was refused: at most
+// refusedBudget bytes, stamped now rather than with r's timestamp, which
+// the DLQ topic may be the one refusing.
+func minimalDeadLetter(dlq topics.Topic, r *kgo.Record, reason topics.Reason, err error) *kgo.Record {
+	dl := deadLetterRecord(dlq, refusedBudget, r, reason, err)
+	dl.Timestamp = time.Now()
+	return dl
+}
+
+// refusedEntry returns what to produce instead of an outbox entry the
+// broker refused with err: a changelog record with as much of the user's
+// history as fits (see trimChangelog), anything else as a minimal DLQ copy
+// of itself naming where it came from.
+func refusedEntry(e outboxEntry, set topics.Set, lim limits, err error) outboxEntry {
+	if e.Topic == string(set.Changelog) {
+		if v, ok := trimChangelog(e.Value, lim.of(e.Topic)-batchOverhead-recordOverhead-len(e.Key)); ok {
+			e.Value = v
+			if refusalReason(err) == topics.ReasonRecordRefused {
+				e.TimestampNs = time.Now().UnixNano() // the topic may refuse the command's timestamp
+			}
+			return e
+		}
+	}
+	r := outboxItem{e: e}.record()
+	// The entry as its own source: the DLQ says what was refused.
+	src := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: -1, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+	for _, h := range r.Headers {
+		switch h.Key {
+		case topics.HeaderSourceTopic, topics.HeaderSourcePartition, topics.HeaderSourceOffset:
+		default:
+			src.Headers = append(src.Headers, h)
+		}
+	}
+	if s, ok := sourceOf(r); ok {
+		src.Topic, src.Partition, src.Offset = s.topic, s.partition, s.offset
+	}
+	return outboxFrom(minimalDeadLetter(set.DLQ, src, refusalReason(err), err), -1)
+}
