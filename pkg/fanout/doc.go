@@ -20,24 +20,36 @@
 //
 // # The rule
 //
-// A signal of user u with event time t (its record timestamp, in ns) is
-// dropped iff t lies in one of u's leave episodes [left_at, rejoined_at),
-// the open one being [left_at, ∞). A command's boundary is its at_ns, or
-// its record timestamp.
+// The README's "The rules, precisely" is the contract, rule by rule (C1 to
+// C7 for commands, S1 to S5 for signals); the code names the rules where it
+// applies them. In short: a signal of user u with event time t (its record
+// timestamp, in ns) is dropped iff t lies in one of u's leave episodes
+// [left_at, rejoined_at), the open one being [left_at, ∞). A command's
+// boundary is its at_ns, or its record timestamp; a command is idempotent
+// by its identity (op, user, boundary, request id), the earliest boundary of
+// a leave wins, and history is never rewritten (pkg/membership).
 //
 // Alignment: a signal of partition p with event time t is decided only once
 // the commands of partition p are known complete through wall-clock
-// t + Grace. The processor observes, every AlignInterval, the last stable
-// offset of each owned commands partition and stamps it with the time the
-// request was sent: an observation (sent, end) proves that every command
-// acknowledged before sent lies below end. The signal waits until the
-// commands are applied up to the end of an observation sent at or after
-// max(t + Grace, assignment time). Hence a leave acknowledged by Kafka at
-// most Grace after the event time of a signal always gates it, whatever
-// order the two reach the processor in; and after an assignment, no signal
-// is decided before the partition's commands have caught up (fail closed).
-// The latency this adds to a signal is Grace, plus up to AlignInterval,
-// plus the time to fetch and apply the commands observed.
+// t + Grace. The processor observes, every AlignInterval, the high
+// watermark of each owned commands partition and stamps it with the time
+// the request was sent: an observation (sent, end) proves that every
+// command acknowledged before sent lies below end. The signal waits until
+// the commands are applied up to the end of an observation sent at or
+// after max(t + Grace, assignment time). Hence a leave acknowledged by
+// Kafka at most Grace after the event time of a signal always gates it,
+// whatever order the two reach the processor in; and after an assignment,
+// no signal is decided before the partition's commands have caught up
+// (fail closed). The high watermark, not the last stable offset: commands
+// above a transaction left open cannot be read until it ends, and the
+// signals wait for them (the tracker reports how long). The latency this
+// adds to a signal is Grace, plus up to AlignInterval, plus the time to
+// fetch and apply the commands observed.
+//
+// Clocks: Config.Now decides (alignment deadlines, the future skew of
+// signals, receipts); time.Now only measures (cycle lengths, hold
+// histograms). An observation stamped before the newest one is ignored, so
+// a clock stepping back by d delays decisions by at most d.
 //
 // A signal stamped more than MaxFutureSkew ahead of the processor's clock
 // would hold its partition; it goes to the DLQ with reason
@@ -45,11 +57,23 @@
 // HoldMaxBytes: above it the partition's fetching pauses (back-pressure)
 // until the hold drains below half.
 //
-// A leave that arrives later than that, with a boundary at or before an
-// event time of its partition that was already decided, is applied all the
-// same; it is counted, logged, and stored with the window [left_at,
-// forwarded_through] in which the user's signals may have been forwarded,
-// which the changelog carries to the purge job.
+// A leave acknowledged later than the grace is applied all the same. When
+// signals of the user in the episode it opens (or extends, moving left_at
+// back) were already forwarded, it is counted, logged, and stored with the
+// window [left_at, forwarded_through], which the changelog carries to the
+// purge job. A claim remembers the signals it forwarded (forwarded.go), so
+// forwarded_through is the user's latest forwarded signal (exact); when an
+// earlier owner of the partition decided signals after left_at, or the
+// record no longer reaches back, it is the latest event time decided on
+// the partition (not exact). A new owner recovers the windows its
+// predecessors wrote from the changelog before it writes a record of its
+// own (recover.go).
+//
+// Poison: every record Kafka accepted on an input takes effect or goes to
+// the DLQ with a stable reason. Records too large for where they must go
+// are caught before producing (size.go: the producer takes what each
+// topic takes, and DLQ copies are truncated to fit); records the broker
+// refuses anyway are settled otherwise when met again (poison.go).
 //
 // # Goroutines
 //
@@ -63,7 +87,8 @@
 //     applies each fetch of commands in one store batch with the
 //     partitions' checkpoints and the outbox entries (changelog records,
 //     DLQ records of bad commands) that the signals loop will produce;
-//   - the tracker observes the commands topic's end offsets.
+//   - the tracker observes the commands topic's end offsets (high
+//     watermark and last stable offset).
 //
 // The group callbacks run on franz-go's goroutines; they create and drop
 // claims (see claim.go) and change what the commands consumer fetches.
@@ -83,10 +108,17 @@
 //
 // The committed offset of a partition is that of its first held signal,
 // not of the last fetched one, so held signals are fetched again after a
-// crash. Offset metadata carries the partition's highest decided event
-// time to its next owner, for late-leave detection, with the commands
-// offset it had applied: the next owner replaying commands below it does
-// not report them late again (the previous owner judged them).
+// crash. Offset metadata carries the partition's highest decided event time
+// to its next owner, for late-leave detection, with the commands offset
+// below which every command's changelog record committed with it: the next
+// owner replaying commands below it neither reports them late again nor
+// writes their records again (the previous owner judged them), and starts
+// consuming no later than it, so that a command applied but not yet
+// recorded (before a crash) is applied again, as a duplicate, and recorded.
+// Changelog records, and the DLQ and re-published records of commands, go
+// out from the store's outbox: at least once. A changelog record of a
+// claim that was lost (or of a previous run) is never produced: its
+// partition's next owner writes the user's record anew.
 //
 // Without ExactlyOnce, offsets are committed after everything the cycle
 // produced is acknowledged: at least once.

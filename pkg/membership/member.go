@@ -143,16 +143,6 @@ func (a *assembler) flush() error {
 	return a.emit(m)
 }
 
-// startsEpisode reports whether one of m's episodes, closed or open, starts
-// at ns.
-func (m *Member) startsEpisode(ns uint64) bool {
-	if m.Status == Left && m.LeftAtNs == ns {
-		return true
-	}
-	_, ok := slices.BinarySearchFunc(m.History, ns, func(e Episode, ns uint64) int { return cmp.Compare(e.LeftAtNs, ns) })
-	return ok
-}
-
 // episodeStart returns the start of m's episode that holds ns: the open one
 // if ns is at or after left_at, else the closed one with LeftAtNs <= ns <
 // RejoinedAtNs, or the empty one starting at ns.
