@@ -50,6 +50,7 @@ type Processor struct {
 	changelogPartitions int32
 	lim                 limits
 	cmds                *kgo.Client  // commands consumer, owned by Run
+	recov               *kgo.Client  // changelog reader of window recovery, owned by Run
 	adm                 *kadm.Client // admin and offsets, owned by Run
 
 	restored  atomic.Bool
@@ -193,6 +194,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	defer p.adm.Close()
 	defer p.cmds.Close()
+	defer p.recov.Close()
 	if err := p.loadOutbox(); err != nil {
 		return err
 	}

@@ -166,15 +166,11 @@ func (a *applier) readWindows(ctx context.Context, part int32) (map[uint64][]mem
 	}
 	byUser := make(map[uint64]map[uint64]membership.LateLeave)
 	if len(want) > 0 {
-		cl, err := kgo.NewClient(append(a.p.clientOpts("cohortgate-recovery"),
-			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			kgo.KeepControlRecords(),
-		)...)
-		if err != nil {
-			return nil, st, err
-		}
-		defer cl.Close()
+		// One client for every recovery, made at start: a Kafka client
+		// made mid-run would share the metrics hooks with running ones.
+		cl := a.p.recov
+		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
+		defer cl.RemoveConsumePartitions(map[string][]int32{topic: parts})
 		for len(want) > 0 {
 			fetches := cl.PollFetches(ctx)
 			if err := ctx.Err(); err != nil {

@@ -67,6 +67,18 @@ func (p *Processor) connect(ctx context.Context) error {
 		p.adm.Close()
 		return fmt.Errorf("unable to create commands consumer: %w", err)
 	}
+	// The changelog reader of window recovery (recover.go): it consumes
+	// nothing until a recovery adds partitions.
+	p.recov, err = kgo.NewClient(append(p.clientOpts("cohortgate-recovery"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+	)...)
+	if err != nil {
+		p.cmds.Close()
+		p.adm.Close()
+		return fmt.Errorf("unable to create changelog reader: %w", err)
+	}
 	return nil
 }
 
