@@ -126,6 +126,9 @@ func (j *Judge) judgeSignals(rep *Report, members map[uint64]*member, windows ma
 			continue
 		}
 		in := members[s.user].holds(s.eventNs)
+		if s.gated {
+			rep.Gated++
+		}
 		if s.gated && !in {
 			rep.note(&rep.Contradictions, "contradictions", "%s is marked %s but lies in no episode of its user", what, ExpectGated)
 		}

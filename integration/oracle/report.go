@@ -23,6 +23,7 @@ type Report struct {
 	DeadLetters       int // input records the rules send to the DLQ
 	Users             int // users with at least one episode in the end
 	Episodes          int // their episodes, empty and open ones included
+	Gated             int // signals the load marked ExpectGated
 
 	// What the processor wrote.
 	Forwarded      int // records in the cohort topic (read_committed)

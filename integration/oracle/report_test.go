@@ -25,14 +25,15 @@ func TestReportCounts(t *testing.T) {
 	ms := r.rawSignal([]byte("5"), wrong("5"), 10)
 	cp := r.republish(testTopics.Signals, ms)
 	r.forward(cp, r.sig(6, 10), r.sig(1, 99))
+	r.sig(1, 250, gated)
 	r.changelog(1, left(200, [2]int64{100, 200}))
 	r.changelog(2, left(100))
 	r.changelog(4, state{leftAt: 100, windows: [][3]int64{{100, 100, 0}}})
 
 	rep := r.j.Report()
 	want := Report{
-		SignalsIn: 3, CommandsIn: 9, Applied: 5, DuplicateCommands: 1, Refused: 1, Misrouted: 2, DeadLetters: 2,
-		Users: 3, Episodes: 4, Forwarded: 3, Expected: 3, DLQ: 2, ChangelogUsers: 3, Windows: 1, ConservativeWindows: 1,
+		SignalsIn: 4, CommandsIn: 9, Applied: 5, DuplicateCommands: 1, Refused: 1, Misrouted: 2, DeadLetters: 2,
+		Users: 3, Episodes: 4, Gated: 1, Forwarded: 3, Expected: 3, DLQ: 2, ChangelogUsers: 3, Windows: 1, ConservativeWindows: 1,
 	}
 	details := rep.Details()
 	rep.Examples = nil
