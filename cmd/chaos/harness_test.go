@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +43,10 @@ func TestVerdict(t *testing.T) {
 		{"an error", result{sc: find("kill"), err: errors.New("boom")}, false, "boom"},
 		{"control-no-txn with duplicates", result{sc: find("control-no-txn"), rep: oracle.Report{Duplicates: 3}}, true, "control ok"},
 		{"control-no-txn with only a leak", result{sc: find("control-no-txn"), rep: oracle.Report{Leaked: 3}}, false, "did not show"},
+		{"control-lso leaks", result{sc: find("control-lso"), rep: oracle.Report{Leaked: 4, Late: 2}}, true, "control ok"},
+		{"control-lso only late", result{sc: find("control-lso"), rep: oracle.Report{Late: 4}}, false, "did not show"},
+		{"control-no-window-recovery", result{sc: find("control-no-window-recovery"), rep: oracle.Report{MissingWindows: 1, Leaked: 3}}, true, "control ok"},
+		{"control-no-window-recovery, leaks only", result{sc: find("control-no-window-recovery"), rep: oracle.Report{Leaked: 3}}, false, "did not show"},
 		{"control-skip-commands", result{sc: find("control-skip-commands"), rep: oracle.Report{Leaked: 1}}, true, "control ok"},
 		{"control-no-sync without damage", result{sc: find("control-no-sync")}, true, "as explained"},
 		{"control-no-sync with damage", result{sc: find("control-no-sync"), rep: oracle.Report{Lost: 1}}, true, "informational"},
@@ -48,6 +57,37 @@ func TestVerdict(t *testing.T) {
 				t.Fatalf("verdict = %v, %q; want %v and %q", pass, why, tc.pass, tc.word)
 			}
 		})
+	}
+}
+
+// TestScenarios checks the table of scenarios: every control names the
+// damage it shows, and the two controls of issue 13 run the processors
+// with their unsafe flag and a mix that provokes the damage.
+func TestScenarios(t *testing.T) {
+	o := &options{hostile: workload.Hostile{Scenes: 16, Grace: 200 * time.Millisecond}}
+	for _, sc := range scenarios {
+		if sc.control != "" && !sc.informational && sc.shows == nil {
+			t.Errorf("%s: a control without the damage it shows", sc.name)
+		}
+		if sc.span == nil || sc.act == nil || sc.instances < 1 {
+			t.Errorf("%s: incomplete", sc.name)
+		}
+	}
+	for name, want := range map[string]struct {
+		flag string
+		kind workload.Kind
+	}{
+		"control-lso":                {"--unsafe-observe-lso", workload.KindTxnHeld},
+		"control-no-window-recovery": {"--unsafe-no-window-recovery", workload.KindLateLeave},
+	} {
+		sc, ok := findScenario(name)
+		if !ok {
+			t.Fatalf("no scenario %s", name)
+		}
+		h := sc.mix(o.hostile)
+		if !slices.Contains(sc.flags, want.flag) || h.Scenes < 1 || h.Shares.String() != string(want.kind)+"=1" || h.Grace != o.hostile.Grace {
+			t.Errorf("%s: flags %v, mix %+v; want %s and only %s scenes", name, sc.flags, h, want.flag, want.kind)
+		}
 	}
 }
 
@@ -109,5 +149,34 @@ func TestTableRow(t *testing.T) {
 	// The columns line up with their headers.
 	if strings.Index(lines[0], "seconds")+len("seconds") != len(lines[2]) || len(lines[1]) != len(lines[3]) {
 		t.Errorf("columns do not line up:\n%s", out.String())
+	}
+}
+
+// TestInstanceWindows reads the windows of a user's record from a
+// processor's /v1/members, as control-no-window-recovery does.
+func TestInstanceWindows(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/members/1":
+			fmt.Fprint(w, `{"user_id":1,"status":"left","left_at_ns":5,"history":[],"late_leaves":[{"left_at_ns":5,"forwarded_through_ns":9,"exact":true}]}`)
+		case "/v1/members/2":
+			fmt.Fprint(w, `{"user_id":2,"status":"active","left_at_ns":null,"history":[],"late_leaves":[]}`)
+		case "/v1/members/3":
+			http.NotFound(w, r)
+		default:
+			http.Error(w, "broken", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	in := &instance{name: "a"}
+	in.mu.http = strings.TrimPrefix(srv.URL, "http://")
+	ctx := context.Background()
+	for user, want := range map[uint64]int{1: 1, 2: 0, 3: 0} {
+		if n, err := in.windows(ctx, user); err != nil || n != want {
+			t.Errorf("windows(%d) = %d, %v; want %d", user, n, err, want)
+		}
+	}
+	if _, err := in.windows(ctx, 4); err == nil || !strings.Contains(err.Error(), "500") {
+		t.Errorf("windows(4) = %v, want the server's error", err)
 	}
 }

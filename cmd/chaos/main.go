@@ -119,7 +119,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.grace, "grace", 200*time.Millisecond, "the processors' --grace")
 	fs.DurationVar(&o.maxFutureSkew, "max-future-skew", 5*time.Second, "the processors' --max-future-skew")
 	fs.BoolVar(&hostile, "hostile", true, "add the hostile mix to each scenario's load (see integration/workload)")
-	fs.IntVar(&o.hostile.Scenes, "hostile-scenes", 16, "hostile scenes per scenario, with --hostile")
+	fs.IntVar(&o.hostile.Scenes, "hostile-scenes", 16, "hostile scenes per scenario, with --hostile (control-lso and control-no-window-recovery play their own mix)")
 	fs.StringVar(&shares, "hostile-shares", "", "weights of the scene kinds, e.g. txn-held=2,poison=1 (kinds left out: 0); empty: all equal")
 	fs.DurationVar(&o.hostile.Hold, "hostile-hold", 0, "longest a held transaction stays open; 0: 2×grace+2s, at least 4s")
 	fs.DurationVar(&o.verifyGrace, "verify-grace", 30*time.Second, "how long open transactions may take to end before they count as hanging")

@@ -34,6 +34,9 @@ type scenario struct {
 	informational bool
 	instances     int      // started before the load
 	flags         []string // added to every processor's flags
+	// mix, when set, is the scenario's own hostile mix, whatever
+	// --hostile says: the one its control needs to show its damage.
+	mix func(h workload.Hostile) workload.Hostile
 	// span is how long the chaos takes, over which the load is spread
 	// when --rate is 0.
 	span func(o *options) time.Duration
@@ -89,6 +92,35 @@ var scenarios = []scenario{
 		span:    fixedSpan(24 * time.Second),
 		act:     (*scenarioRun).skipCommands,
 	},
+	{
+		name: "control-lso", instances: 2,
+		control: "leaked: processors that observe the commands' last stable offset (--unsafe-observe-lso) forward, " +
+			"while a transaction holds a leave open, the signals of users who left after it",
+		shows: func(r oracle.Report) int { return r.Leaked },
+		flags: []string{"--unsafe-observe-lso"},
+		mix:   ownMix(workload.Shares{workload.KindTxnHeld: 1}, 4),
+		span:  fixedSpan(20 * time.Second),
+		act:   func(*scenarioRun, context.Context) error { return nil },
+	},
+	{
+		name: "control-no-window-recovery", instances: 1,
+		control: "missing windows: after a handover, the new owner (--unsafe-no-window-recovery) writes the records " +
+			"of users with late-leave windows without them",
+		shows: func(r oracle.Report) int { return r.MissingWindows },
+		flags: []string{"--unsafe-no-window-recovery"},
+		mix:   ownMix(workload.Shares{workload.KindLateLeave: 1}, 6),
+		span:  fixedSpan(30 * time.Second),
+		act:   (*scenarioRun).noWindowRecovery,
+	},
+}
+
+// ownMix is a scenario's own hostile mix: scenes of the given shares, with
+// the harness's timing (grace, skew, hold).
+func ownMix(shares workload.Shares, scenes int) func(workload.Hostile) workload.Hostile {
+	return func(h workload.Hostile) workload.Hostile {
+		h.Shares, h.Scenes = shares, scenes
+		return h
+	}
 }
 
 func fixedSpan(d time.Duration) func(*options) time.Duration {
@@ -229,6 +261,9 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 		rate = float64(o.signals) / span.Seconds()
 	}
 	hostile := o.hostile
+	if r.sc.mix != nil {
+		hostile = r.sc.mix(hostile)
+	}
 	plan, err := workload.NewPlan(workload.Config{
 		Seed: o.seed, Users: o.users, Signals: o.signals, ValueSize: o.valueSize,
 		LeavePct: o.leavePct, RejoinPct: o.rejoinPct, Rate: rate, Partitions: o.partitions, Hostile: hostile,
