@@ -212,7 +212,9 @@ func atNs(ns int64) boundary { return boundary{ns: ns} }
 // command produces a command of user with cl (Hostile or, inside a
 // transaction, Txn) to the partition r gives its key, stamped ts (now when
 // zero), request id "h<scene>-<req>". It returns the record and the
-// command's boundary.
+// command's boundary. A command stamped now returns once the wall clock is
+// past its boundary's millisecond, so that a signal produced next lies at
+// or after the boundary (Kafka timestamps are milliseconds).
 func (sc *scene) command(ctx context.Context, cl *kgo.Client, user uint64, op topics.Op, b boundary, ts time.Time, req string, r route) (*kgo.Record, int64, error) {
 	if ts.IsZero() {
 		ts = time.Now()
@@ -231,6 +233,11 @@ func (sc *scene) command(ctx context.Context, cl *kgo.Client, user uint64, op to
 		Value: topics.AppendCommand(nil, c), Timestamp: ts}
 	if err := sc.produce(ctx, cl, rec); err != nil {
 		return nil, 0, fmt.Errorf("producing %s of user %d: %w", op, user, err)
+	}
+	if b == atNow {
+		if err := nextMilli(ctx, at); err != nil {
+			return nil, 0, err
+		}
 	}
 	return rec, at, nil
 }

@@ -72,17 +72,9 @@ func (sc *scene) txnHeld(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := nextMilli(ctx, b2); err != nil {
-		return err
-	}
 	for time.Since(start) < sc.s.Hold {
-		for _, s := range []struct {
-			user uint64
-			from int64
-		}{{v1, b1}, {v2, b2}, {x, noGate}} {
-			if err := sc.signal(ctx, s.user, murmur, s.from); err != nil {
-				return err
-			}
+		if err := sc.each(ctx, []userGate{{v1, b1}, {v2, b2}, {x, noGate}}); err != nil {
+			return err
 		}
 		if err := Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
@@ -92,11 +84,19 @@ func (sc *scene) txnHeld(ctx context.Context) (err error) {
 		return fmt.Errorf("committing the held transaction: %w", err)
 	}
 	committed = true
-	for _, s := range []struct {
-		user uint64
-		from int64
-	}{{x, bx}, {v1, b1}, {v2, b2}} {
-		if err := sc.signal(ctx, s.user, murmur, s.from); err != nil {
+	return sc.each(ctx, []userGate{{x, bx}, {v1, b1}, {v2, b2}})
+}
+
+// userGate is a user and the gatedFrom of its next signal.
+type userGate struct {
+	user uint64
+	from int64
+}
+
+// each produces one signal of each user.
+func (sc *scene) each(ctx context.Context, us []userGate) error {
+	for _, u := range us {
+		if err := sc.signal(ctx, u.user, murmur, u.from); err != nil {
 			return err
 		}
 	}
@@ -143,9 +143,6 @@ func (sc *scene) redeliver(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := nextMilli(ctx, a); err != nil {
-		return err
-	}
 	if err := sc.signals(ctx, 2, 30*time.Millisecond, u, murmur, a); err != nil {
 		return err
 	}
@@ -163,11 +160,7 @@ func (sc *scene) redeliver(ctx context.Context) error {
 	if err := sc.signals(ctx, 2, 30*time.Millisecond, u, murmur, b); err != nil { // c is clamped to b
 		return err
 	}
-	_, d, err := sc.command(ctx, hostile, u, topics.Rejoin, atNow, time.Time{}, "d", murmur)
-	if err != nil {
-		return err
-	}
-	if err := nextMilli(ctx, d); err != nil { // a signal in d's millisecond would lie before d
+	if _, _, err := sc.command(ctx, hostile, u, topics.Rejoin, atNow, time.Time{}, "d", murmur); err != nil {
 		return err
 	}
 	if err := sc.signals(ctx, 2, 30*time.Millisecond, u, murmur, noGate); err != nil {
@@ -182,9 +175,6 @@ func (sc *scene) redeliver(ctx context.Context) error {
 
 	w1, bw, err := sc.command(ctx, hostile, w, topics.Leave, atNow, time.Time{}, "w1", murmur)
 	if err != nil {
-		return err
-	}
-	if err := nextMilli(ctx, bw); err != nil {
 		return err
 	}
 	if err := sc.signals(ctx, 2, 30*time.Millisecond, w, murmur, bw); err != nil {
@@ -228,9 +218,6 @@ func (sc *scene) lateLeave(ctx context.Context) error {
 	}
 	_, e1, err := sc.command(ctx, hostile, e, topics.Leave, atNow, time.Time{}, "e1", murmur)
 	if err != nil {
-		return err
-	}
-	if err := nextMilli(ctx, e1); err != nil {
 		return err
 	}
 	if err := sc.signals(ctx, 2, 30*time.Millisecond, e, murmur, e1); err != nil {
