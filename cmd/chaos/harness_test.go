@@ -180,3 +180,23 @@ func TestInstanceWindows(t *testing.T) {
 		t.Errorf("windows(4) = %v, want the server's error", err)
 	}
 }
+
+// TestInstanceArgs: every processor of a scenario runs with the harness's
+// grace and skew (which the load is stamped against) and the scenario's
+// flags.
+func TestInstanceArgs(t *testing.T) {
+	sc, ok := findScenario("control-lso")
+	if !ok {
+		t.Fatal("no control-lso")
+	}
+	h := &harness{o: &options{grace: 300 * time.Millisecond, maxFutureSkew: 7 * time.Second, partitions: 3,
+		sessionTimeout: 6 * time.Second, logLevel: "info"}, brokers: []string{"b:9092"}}
+	h.mu.children = make(map[*instance]bool)
+	r := &scenarioRun{h: h, sc: sc, set: workload.Topics("p"), group: "g", dir: t.TempDir()}
+	args := strings.Join(r.newInstance("a").args, " ")
+	for _, want := range []string{"--brokers b:9092", "--group g", "--grace 300ms", "--max-future-skew 7s", "--partitions 3", "--unsafe-observe-lso"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+}

@@ -361,6 +361,7 @@ func (r *scenarioRun) newInstance(name string) *instance {
 			"--replication-factor", "1",
 			"--session-timeout", o.sessionTimeout.String(),
 			"--grace", o.grace.String(),
+			"--max-future-skew", o.maxFutureSkew.String(),
 			"--log-level", o.logLevel,
 		), r.sc.flags...),
 		onExit: func(in *instance, unexpected bool, err error) {
