@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -122,4 +123,28 @@ func TestBatchBytes(t *testing.T) {
 			t.Errorf("batchBytes(key %q, %d value bytes, %d headers) = %d, want %d", tc.r.Key, len(tc.r.Value), len(tc.r.Headers), got, tc.want)
 		}
 	}
+}
+
+// FuzzDecodeChangelog: the changelog decoder never panics, accepts only
+// valid JSON, and what it accepts is a state the model could hold:
+// episodes that do not end before they start.
+func FuzzDecodeChangelog(f *testing.F) {
+	f.Add([]byte(state{leftAt: 100, history: [][2]int64{{10, 20}}, windows: [][3]int64{{100, 120, 1}}, cmd: "3"}.json(7)))
+	f.Add([]byte(active().json(1)))
+	f.Add([]byte(`{"user_id":1,"status":"left","left_at_ns":null}`))
+	f.Add([]byte(`{"user_id":18446744073709551616,"status":"active"}`))
+	f.Fuzz(func(t *testing.T, value []byte) {
+		c, err := decodeChangelog(value)
+		if err != nil {
+			return
+		}
+		if !json.Valid(value) {
+			t.Fatalf("accepted invalid JSON %q", value)
+		}
+		for _, e := range c.history {
+			if e.rejoinedAt < e.leftAt || e.open {
+				t.Fatalf("%q: history episode %+v", value, e)
+			}
+		}
+	})
 }
