@@ -19,13 +19,13 @@
 // group, data dirs and logs, and prints two lines:
 //
 //	scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds
-//	         poison unrouted unknown changelog win_missing win_spurious win_conserv contradict
+//	         poison unrouted unknown changelog win_miss win_spur win_cons contra
 //
 // (poison: input records the rules dead-letter that the DLQ lacks;
 // unrouted: misrouted records never re-published; changelog: users whose
 // latest changelog record is wrong; win_*: late-leave windows missing from
 // a later record, exact ones holding no forwarded signal, and conservative
-// ones; contradict: signals the load marked gated outside every episode.)
+// ones; contra: signals the load marked gated outside every episode.)
 // Late signals and conservative windows are allowed (promise 2); every
 // other column is damage. The run ends with a summary and exits 1 if any
 // scenario shows damage, any scenario failed to run, or any control run
