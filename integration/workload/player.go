@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cohortgate/cohortgate/integration/oracle"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -122,7 +121,7 @@ func (sc *scene) signalAt(ctx context.Context, user uint64, r route, gatedFrom i
 	key := userKey(user)
 	rec := sc.signalRecord(key, sc.partition(key, r), sc.p.size, ts)
 	if gatedFrom != noGate && ts.UnixMilli()*int64(time.Millisecond) >= gatedFrom {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: oracle.HeaderExpect, Value: []byte(oracle.ExpectGated)})
+		rec.Headers = append(rec.Headers, gatedHeaders()...)
 	}
 	return sc.produceSignal(ctx, rec)
 }

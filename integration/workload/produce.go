@@ -173,7 +173,7 @@ func Produce(ctx context.Context, c *Clients, set topics.Set, plan *Plan, progre
 				Timestamp: time.Now(),
 			}
 			if from, ok := left[user]; ok && r.Timestamp.UnixMilli()*int64(time.Millisecond) >= from {
-				r.Headers = gatedHeaders
+				r.Headers = gatedHeaders()
 			}
 			c.Load.Produce(ctx, r, promise)
 			st.Signals++
@@ -214,10 +214,12 @@ func Produce(ctx context.Context, c *Clients, set topics.Set, plan *Plan, progre
 	return st, nil
 }
 
-// gatedHeaders mark a friendly signal produced after its user's leave was
+// gatedHeaders mark a signal produced after its user's leave was
 // acknowledged and stamped at or after its boundary: promise 1 holds for
 // it, and the oracle judges its forwarding a leak whatever window covers it.
-var gatedHeaders = []kgo.RecordHeader{{Key: oracle.HeaderExpect, Value: []byte(oracle.ExpectGated)}}
+func gatedHeaders() []kgo.RecordHeader {
+	return []kgo.RecordHeader{{Key: oracle.HeaderExpect, Value: []byte(oracle.ExpectGated)}}
+}
 
 // playScenes plays plan's scenes with p, scene i when the friendly load is
 // at its Scene.At (paced by the plan's rate; back to back at rate 0), and
