@@ -73,12 +73,17 @@ clean:
 
 # The chaos harness (cmd/chaos, see its package comment): the processor
 # binary under kill -9, scale 1 → 3 → 1, SIGSTOP past the session timeout
-# and a wiped store, plus control runs that must show damage, each verified
-# against an oracle; a table, and a non-zero exit on damage. It runs
-# against CHAOS_BROKERS (default KAFKA_BROKERS: start one with `make
-# kafka-start`); CHAOS_BROKERS= runs it on an in-process kfake broker.
-# chaos-short is the few-minute CI version; chaos is the long one (1M
-# signals over 100k users). Extra flags go in CHAOS_FLAGS (e.g. --keep).
+# and a wiped store, plus control runs that must show the damage their
+# names promise, each judged by integration/oracle; a table, and a non-zero
+# exit on damage. The load is the friendly one plus the hostile mix
+# (integration/workload: misrouted, transactional, re-delivered, late,
+# same-millisecond, future and poison records): CHAOS_SCENES scenes of it
+# per scenario, 16 in chaos-short and 64 in chaos unless set. It runs against CHAOS_BROKERS (default KAFKA_BROKERS: start
+# one with `make kafka-start`); CHAOS_BROKERS= runs it on an in-process
+# kfake broker. chaos-short is the few-minute CI version; chaos is the long
+# one (1M signals over 100k users). Extra flags go in CHAOS_FLAGS (e.g.
+# --keep, --hostile-shares txn-held=2,poison=1, or --hostile=false for the
+# friendly load alone).
 CHAOS_BROKERS ?= $(KAFKA_BROKERS)
 CHAOS_FLAGS   ?=
 
@@ -88,12 +93,14 @@ chaos: build
 	$(GO) build -o bin/chaos ./cmd/chaos
 	./bin/chaos --processor $(BIN) --brokers '$(CHAOS_BROKERS)' \
 		--signals 1000000 --users 100000 --leave-pct 5 --rejoin-pct 1 \
+		--hostile --hostile-scenes $(or $(CHAOS_SCENES),64) \
 		--rounds 20 --timeout 20m $(CHAOS_FLAGS)
 
 chaos-short: build
 	$(GO) build -o bin/chaos ./cmd/chaos
 	./bin/chaos --processor $(BIN) --brokers '$(CHAOS_BROKERS)' \
 		--signals 60000 --users 6000 --leave-pct 5 --rejoin-pct 1 \
+		--hostile --hostile-scenes $(or $(CHAOS_SCENES),16) \
 		--rounds 10 --timeout 5m $(CHAOS_FLAGS)
 
 # The security tests of issue 8 against the SASL_SSL broker with an ACL

@@ -1,9 +1,13 @@
 // Command chaos is cohortgate's chaos harness: it runs the processor binary
 // as child processes against a Kafka broker, abuses them (kill -9, scale
 // out and in, SIGSTOP past the session timeout, a wiped store) while a
-// seeded load is produced, and then judges the cohort topic against an
-// oracle computed from the input topics (integration/workload). Control runs
-// with safety switched off show that the judge can fail.
+// seeded load is produced, and then judges the five topics with an oracle
+// that shares no code with the processor (integration/oracle). The load
+// (integration/workload) is the friendly one plus, by default, the hostile
+// mix (--hostile): misrouted, transactional, re-delivered, late,
+// same-millisecond, future and poison records. Control runs with safety
+// switched off show that the judge can fail: each must show the one kind of
+// damage its name promises.
 //
 // Usage:
 //
@@ -12,14 +16,20 @@
 //
 // With no --brokers it serves an in-process kfake broker on a free port.
 // Each scenario gets fresh topics (named chaos-<run>-<scenario>.*), its own
-// group, data dirs and logs, and prints one row:
+// group, data dirs and logs, and prints two lines:
 //
-//	scenario signals_in forwarded expected duplicates lost leaked hanging dlq seconds
+//	scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds
+//	         poison unrouted unknown changelog win_miss win_spur win_cons contra
 //
-// The run ends with a summary and exits 1 if any scenario shows damage
-// (duplicates, lost, leaked, hanging, or records that are no signal of the
-// input), any scenario failed to run, or any control run (except
-// control-no-sync, see its note) shows none.
+// (poison: input records the rules dead-letter that the DLQ lacks;
+// unrouted: misrouted records never re-published; changelog: users whose
+// latest changelog record is wrong; win_*: late-leave windows missing from
+// a later record, exact ones holding no forwarded signal, and conservative
+// ones; contra: signals the load marked gated outside every episode.)
+// Late signals and conservative windows are allowed (promise 2); every
+// other column is damage. The run ends with a summary and exits 1 if any
+// scenario shows damage, any scenario failed to run, or any control run
+// (except control-no-sync, see its note) lacks the damage it promises.
 //
 // Every wait has a deadline and every scenario a hard bound (--timeout).
 // Children are killed when the harness exits, on SIGINT and SIGTERM too.
@@ -38,6 +48,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
 func main() {
@@ -74,6 +86,8 @@ type options struct {
 	partitions     int
 	sessionTimeout time.Duration
 	grace          time.Duration
+	maxFutureSkew  time.Duration
+	hostile        workload.Hostile // Scenes 0: no hostile mix
 	verifyGrace    time.Duration
 	settleTimeout  time.Duration
 	logLevel       string
@@ -83,7 +97,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var brokers, scenarios string
+	var brokers, scenarios, shares string
+	var hostile bool
 	fs.StringVar(&o.processor, "processor", "bin/processor", "the processor binary to run (`make build` makes it)")
 	fs.StringVar(&brokers, "brokers", "", "comma-separated seed brokers; empty: an in-process kfake broker on a free port")
 	fs.StringVar(&scenarios, "scenarios", strings.Join(scenarioNames(), ","), "comma-separated scenarios to run, in order")
@@ -102,6 +117,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "the processors' --session-timeout (Kafka's minimum is 6s)")
 	fs.DurationVar(&o.grace, "grace", 200*time.Millisecond, "the processors' --grace")
+	fs.DurationVar(&o.maxFutureSkew, "max-future-skew", 5*time.Second, "the processors' --max-future-skew")
+	fs.BoolVar(&hostile, "hostile", true, "add the hostile mix to each scenario's load (see integration/workload)")
+	fs.IntVar(&o.hostile.Scenes, "hostile-scenes", 16, "hostile scenes per scenario, with --hostile (control-lso and control-no-window-recovery play their own mix)")
+	fs.StringVar(&shares, "hostile-shares", "", "weights of the scene kinds, e.g. txn-held=2,poison=1 (kinds left out: 0); empty: all equal")
+	fs.DurationVar(&o.hostile.Hold, "hostile-hold", 0, "longest a held transaction stays open; 0: 2×grace+2s, at least 4s")
 	fs.DurationVar(&o.verifyGrace, "verify-grace", 30*time.Second, "how long open transactions may take to end before they count as hanging")
 	fs.DurationVar(&o.settleTimeout, "settle-timeout", 60*time.Second, "how long the group may take to settle after a chaos step before the processors count as stuck (dumped and restarted, a finding)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "the processors' --log-level")
@@ -115,6 +135,19 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	o.scenarios = splitList(scenarios)
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	o.hostile.Grace, o.hostile.MaxFutureSkew = o.grace, o.maxFutureSkew
+	if !hostile {
+		o.hostile.Scenes = 0
+	} else if o.hostile.Scenes < 1 {
+		bad("--hostile-scenes: %d must be at least 1 with --hostile", o.hostile.Scenes)
+	}
+	var err error
+	if o.hostile.Shares, err = workload.ParseShares(shares); err != nil {
+		bad("--hostile-shares: %v", err)
+	}
+	if err := (workload.Config{Users: 1, Partitions: max(o.partitions, 1), Hostile: o.hostile}).Validate(); err != nil {
+		bad("hostile mix: %v", err)
+	}
 	for _, s := range o.scenarios {
 		if _, ok := findScenario(s); !ok {
 			bad("--scenarios: unknown scenario %q; want some of %s", s, strings.Join(scenarioNames(), ","))

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/integration/oracle"
 	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
 )
@@ -26,13 +26,17 @@ import (
 type scenario struct {
 	name string
 	// control, when set, makes this a control run: it must show damage,
-	// of the kind the text says.
+	// of the kind the text says and shows counts.
 	control string
+	shows   func(oracle.Report) int
 	// informational: a control that may show no damage (the text says
 	// why); it never fails the run.
 	informational bool
 	instances     int      // started before the load
 	flags         []string // added to every processor's flags
+	// mix, when set, is the scenario's own hostile mix, whatever
+	// --hostile says: the one its control needs to show its damage.
+	mix func(h workload.Hostile) workload.Hostile
 	// span is how long the chaos takes, over which the load is spread
 	// when --rate is 0.
 	span func(o *options) time.Duration
@@ -63,6 +67,7 @@ var scenarios = []scenario{
 	{
 		name: "control-no-txn", instances: 2,
 		control: "duplicates: at least once, kill -9 between output and offset commit",
+		shows:   func(r oracle.Report) int { return r.Duplicates },
 		flags:   []string{"--exactly-once=false"},
 		span:    func(o *options) time.Duration { return time.Duration(controlRounds(o)) * killRoundSpan(o) },
 		act:     func(r *scenarioRun, ctx context.Context) error { return r.killRounds(ctx, controlRounds(r.h.o)) },
@@ -83,9 +88,39 @@ var scenarios = []scenario{
 	{
 		name: "control-skip-commands", instances: 2,
 		control: "leaked: a wiped instance restarted with --unsafe-skip-commands forgets the leaves before it",
+		shows:   func(r oracle.Report) int { return r.Leaked },
 		span:    fixedSpan(24 * time.Second),
 		act:     (*scenarioRun).skipCommands,
 	},
+	{
+		name: "control-lso", instances: 2,
+		control: "leaked: processors that observe the commands' last stable offset (--unsafe-observe-lso) forward, " +
+			"while a transaction holds a leave open, the signals of users who left after it",
+		shows: func(r oracle.Report) int { return r.Leaked },
+		flags: []string{"--unsafe-observe-lso"},
+		mix:   ownMix(workload.Shares{workload.KindTxnHeld: 1}, 4),
+		span:  fixedSpan(20 * time.Second),
+		act:   func(*scenarioRun, context.Context) error { return nil },
+	},
+	{
+		name: "control-no-window-recovery", instances: 1,
+		control: "missing windows: after a handover, the new owner (--unsafe-no-window-recovery) writes the records " +
+			"of users with late-leave windows without them",
+		shows: func(r oracle.Report) int { return r.MissingWindows },
+		flags: []string{"--unsafe-no-window-recovery"},
+		mix:   ownMix(workload.Shares{workload.KindLateLeave: 1}, 6),
+		span:  fixedSpan(30 * time.Second),
+		act:   (*scenarioRun).noWindowRecovery,
+	},
+}
+
+// ownMix is a scenario's own hostile mix: scenes of the given shares, with
+// the harness's timing (grace, skew, hold).
+func ownMix(shares workload.Shares, scenes int) func(workload.Hostile) workload.Hostile {
+	return func(h workload.Hostile) workload.Hostile {
+		h.Shares, h.Scenes = shares, scenes
+		return h
+	}
 }
 
 func fixedSpan(d time.Duration) func(*options) time.Duration {
@@ -110,9 +145,10 @@ type scenarioRun struct {
 	rng   *rand.Rand
 	insts []*instance
 
-	produced atomic.Int64  // signals handed to Kafka so far
-	produceC chan error    // the producer's result
-	produceD chan struct{} // closed when the producer is done
+	plan     *workload.Plan
+	produced atomic.Int64     // friendly signals handed to Kafka so far
+	produceC chan produceDone // the producer's result
+	produceD chan struct{}    // closed when the producer is done
 
 	mu struct {
 		sync.Mutex
@@ -203,61 +239,73 @@ func (r *scenarioRun) topicNames() []string {
 	return []string{string(s.Commands), string(s.Signals), string(s.Cohort), string(s.DLQ), string(s.Changelog)}
 }
 
+// produceDone is the producer's result.
+type produceDone struct {
+	final workload.Progress
+	err   error
+}
+
 // execute sets the scenario up, produces the load while the chaos acts,
 // waits until every signal is decided, stops the processors and verifies.
-func (r *scenarioRun) execute(ctx context.Context) (workload.Report, error) {
+func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	o := r.h.o
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
-		return workload.Report{}, err
+		return oracle.Report{}, err
 	}
 	if err := workload.CreateTopics(ctx, r.h.adm, r.set, int32(o.partitions), 1); err != nil {
-		return workload.Report{}, err
+		return oracle.Report{}, err
 	}
 	rate := o.rate
 	if rate == 0 {
 		span := max(r.sc.span(o), time.Duration(float64(o.signals)/10000*float64(time.Second)))
 		rate = float64(o.signals) / span.Seconds()
 	}
+	hostile := o.hostile
+	if r.sc.mix != nil {
+		hostile = r.sc.mix(hostile)
+	}
 	plan, err := workload.NewPlan(workload.Config{
 		Seed: o.seed, Users: o.users, Signals: o.signals, ValueSize: o.valueSize,
-		LeavePct: o.leavePct, RejoinPct: o.rejoinPct, Rate: rate,
+		LeavePct: o.leavePct, RejoinPct: o.rejoinPct, Rate: rate, Partitions: o.partitions, Hostile: hostile,
 	})
 	if err != nil {
-		return workload.Report{}, err
+		return oracle.Report{}, err
 	}
-	r.logf("topics %s.*, group %s; %d signals over %d users, %d commands, at %.0f signals/s; logs in %s",
-		strings.TrimSuffix(string(r.set.Signals), ".signals"), r.group, o.signals, o.users, len(plan.Commands), rate, r.dir)
+	r.plan = plan
+	r.logf("topics %s.*, group %s; %d signals over %d users, %d commands, %d hostile scenes, at %.0f signals/s; logs in %s",
+		strings.TrimSuffix(string(r.set.Signals), ".signals"), r.group, o.signals, o.users, len(plan.Commands), len(plan.Scenes), rate, r.dir)
 
 	for i := range max(r.sc.instances, 3) {
 		r.insts = append(r.insts, r.newInstance(string(rune('a'+i))))
 	}
 	for _, in := range r.insts[:r.sc.instances] {
 		if err := in.start(); err != nil {
-			return workload.Report{}, err
+			return oracle.Report{}, err
 		}
 	}
 	if err := r.settle(ctx, 120*time.Second); err != nil {
-		return workload.Report{}, fmt.Errorf("processors did not get ready: %w", err)
+		return oracle.Report{}, fmt.Errorf("processors did not get ready: %w", err)
 	}
 
 	r.produce(ctx, plan)
 	actErr := r.sc.act(r, ctx)
 	if actErr != nil {
-		return workload.Report{}, fmt.Errorf("chaos: %w", actErr)
+		return oracle.Report{}, fmt.Errorf("chaos: %w", actErr)
 	}
+	var load produceDone
 	select {
-	case err := <-r.produceC:
-		if err != nil {
-			return workload.Report{}, fmt.Errorf("producing the load: %w", err)
+	case load = <-r.produceC:
+		if load.err != nil {
+			return oracle.Report{}, fmt.Errorf("producing the load: %w", load.err)
 		}
 	case <-ctx.Done():
-		return workload.Report{}, fmt.Errorf("producing the load: %w", ctx.Err())
+		return oracle.Report{}, fmt.Errorf("producing the load: %w", ctx.Err())
 	}
 
 	r.logf("load produced; waiting until every signal is decided")
 	decideStart := time.Now()
 	if err := r.waitDecided(ctx); err != nil {
-		return workload.Report{}, err
+		return oracle.Report{}, err
 	}
 	r.logf("every signal decided %v after the load ended; stopping the processors", time.Since(decideStart).Round(time.Millisecond))
 	for _, in := range r.insts {
@@ -269,21 +317,28 @@ func (r *scenarioRun) execute(ctx context.Context) (workload.Report, error) {
 	}
 
 	r.logf("verifying")
-	rep, err := workload.Verify(ctx, r.h.brokers, r.set, &workload.VerifyOptions{Grace: o.verifyGrace})
+	rep, err := oracle.Verify(ctx, r.h.brokers, oracleTopics(r.set), &oracle.Options{Grace: o.verifyGrace, MaxFutureSkew: o.maxFutureSkew})
 	if err != nil {
 		return rep, err
 	}
-	if rep.SignalsIn != o.signals {
-		return rep, fmt.Errorf("the signals topic holds %d signal ids, the load had %d", rep.SignalsIn, o.signals)
+	if want := load.final.SignalIDs(); rep.SignalsIn != want {
+		return rep, fmt.Errorf("the signals topic holds %d signals, the load produced %d", rep.SignalsIn, want)
 	}
 	r.notice(rep)
 	return rep, nil
 }
 
+// oracleTopics names set's topics for the oracle.
+func oracleTopics(set topics.Set) oracle.Topics {
+	return oracle.Topics{Commands: string(set.Commands), Signals: string(set.Signals), Cohort: string(set.Cohort),
+		DLQ: string(set.DLQ), Changelog: string(set.Changelog)}
+}
+
 // notice logs what the processors logged about the damage, if any.
-func (r *scenarioRun) notice(rep workload.Report) {
-	r.logf("verified in %v: %d commands applied (%d refused), %d users with %d episodes, %d misrouted, %d input duplicates",
-		rep.Took.Round(time.Millisecond), rep.Commands, rep.Refused, rep.Users, rep.Episodes, rep.Misrouted, rep.InputDuplicates)
+func (r *scenarioRun) notice(rep oracle.Report) {
+	r.logf("verified in %v: %d commands (%d applied, %d duplicates, %d refused), %d users with %d episodes, %d misrouted, %d dead letters, %d gated signals",
+		rep.Took.Round(time.Millisecond), rep.CommandsIn, rep.Applied, rep.DuplicateCommands, rep.Refused, rep.Users, rep.Episodes,
+		rep.Misrouted, rep.DeadLetters, rep.Gated)
 	for _, in := range r.insts {
 		for _, line := range in.grepLog(5, "level=ERROR", "late leave", "panic", "DATA RACE") {
 			r.logf("%s log: %s", in.name, line)
@@ -306,6 +361,7 @@ func (r *scenarioRun) newInstance(name string) *instance {
 			"--replication-factor", "1",
 			"--session-timeout", o.sessionTimeout.String(),
 			"--grace", o.grace.String(),
+			"--max-future-skew", o.maxFutureSkew.String(),
 			"--log-level", o.logLevel,
 		), r.sc.flags...),
 		onExit: func(in *instance, unexpected bool, err error) {
@@ -324,18 +380,18 @@ func indent(s string) string {
 
 // produce starts producing the plan in the background.
 func (r *scenarioRun) produce(ctx context.Context, plan *workload.Plan) {
-	r.produceC = make(chan error, 1)
+	r.produceC = make(chan produceDone, 1)
 	r.produceD = make(chan struct{})
 	go func() {
 		defer close(r.produceD)
-		cl, err := kgo.NewClient(kgo.SeedBrokers(r.h.brokers...))
+		c, err := workload.NewClients(r.h.brokers, len(plan.Scenes) > 0, r.group+"-load")
 		if err != nil {
-			r.produceC <- err
+			r.produceC <- produceDone{err: err}
 			return
 		}
-		defer cl.Close()
+		defer c.Close()
 		var last time.Time
-		final, err := workload.Produce(ctx, cl, r.set, plan, func(p workload.Progress) {
+		final, err := workload.Produce(ctx, c, r.set, plan, func(p workload.Progress) {
 			r.produced.Store(int64(p.Signals))
 			if time.Since(last) >= 10*time.Second {
 				last = time.Now()
@@ -346,7 +402,7 @@ func (r *scenarioRun) produce(ctx context.Context, plan *workload.Plan) {
 		if err == nil {
 			r.logf("load: %v", final)
 		}
-		r.produceC <- err
+		r.produceC <- produceDone{final, err}
 	}()
 }
 

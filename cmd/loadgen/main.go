@@ -12,6 +12,12 @@
 // prints its progress once a second, and ends with a line giving the
 // records written and the records per second. See integration/workload for
 // what the load contains and how it is produced.
+//
+// --hostile adds the hostile mix (misrouted, transactional, re-delivered,
+// late, same-millisecond, future and poison records; --hostile-scenes of
+// them, weighed by --hostile-shares): give it the processors' --grace and
+// --max-future-skew, which its late and future records are stamped beyond.
+// It needs Kafka's default max.message.bytes or more on the input topics.
 package main
 
 import (
@@ -27,7 +33,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
@@ -52,10 +57,13 @@ type options struct {
 	partitions  int
 	replication int
 	create      bool
+	hostile     bool
+	txnID       string
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
+	var err error
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers (host:port)")
@@ -76,6 +84,16 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of topics loadgen creates")
 	fs.IntVar(&o.replication, "replication-factor", -1, "replication factor of topics loadgen creates; -1: the broker's default")
 	fs.BoolVar(&o.create, "create-topics", true, "create missing topics first")
+	h := &o.cfg.Hostile
+	var shares string
+	fs.BoolVar(&o.hostile, "hostile", false, "add the hostile mix (see integration/workload)")
+	fs.IntVar(&h.Scenes, "hostile-scenes", 16, "hostile scenes over the load, with --hostile")
+	fs.StringVar(&shares, "hostile-shares", "", "weights of the scene kinds, e.g. txn-held=2,poison=1 (kinds left out: 0); empty: all equal. Kinds: "+kindList())
+	fs.DurationVar(&h.Grace, "grace", 2*time.Second, "the processors' --grace: late leaves are stamped further back")
+	fs.DurationVar(&h.MaxFutureSkew, "max-future-skew", 5*time.Second, "the processors' --max-future-skew: future records are stamped an hour beyond it")
+	fs.DurationVar(&h.Hold, "hold", 0, "longest a held transaction stays open; 0: 2×grace+2s, at least 4s")
+	fs.IntVar(&h.LargeBytes, "large-bytes", 0, "bytes of the largest poison records; 0: 1040000 (under Kafka's default max.message.bytes)")
+	fs.StringVar(&o.txnID, "transactional-id", "", "transactional ID of the hostile mix's transactional producer; empty: cohortgate-loadgen-<commands topic>")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -87,7 +105,22 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		DLQ: topics.Topic(dlq), Changelog: topics.Topic(changelog),
 	}
 	var errs []error
-	if err := o.cfg.Validate(); err != nil {
+	if !o.hostile {
+		o.cfg.Hostile = workload.Hostile{}
+	} else if o.cfg.Hostile.Shares, err = workload.ParseShares(shares); err != nil {
+		errs = append(errs, fmt.Errorf("--hostile-shares: %w", err))
+	}
+	if o.txnID == "" {
+		o.txnID = "cohortgate-loadgen-" + commands
+	}
+	if o.hostile && o.cfg.Hostile.Scenes < 1 {
+		errs = append(errs, fmt.Errorf("--hostile-scenes: %d must be at least 1 with --hostile", o.cfg.Hostile.Scenes))
+	}
+	// The partition count is the broker's, known only once connected;
+	// check the rest of the mix against any count.
+	probe := o.cfg
+	probe.Partitions = max(probe.Partitions, 1)
+	if err := probe.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := o.topics.Validate(); err != nil {
@@ -110,34 +143,61 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	plan, err := workload.NewPlan(o.cfg)
+	c, err := workload.NewClients(splitList(o.brokers), o.hostile, o.txnID)
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(splitList(o.brokers)...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
+	defer c.Close()
+	adm := kadm.NewClient(c.Load)
 	if o.create {
 		cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		err := workload.CreateTopics(cctx, kadm.NewClient(cl), o.topics, int32(o.partitions), int16(o.replication))
+		err := workload.CreateTopics(cctx, adm, o.topics, int32(o.partitions), int16(o.replication))
 		cancel()
 		if err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "loadgen: seed %d: %d signals over %d users, %d leavers, %d commands, to %s and %s\n",
-		o.cfg.Seed, o.cfg.Signals, o.cfg.Users, plan.Leavers(), len(plan.Commands), o.topics.Signals, o.topics.Commands)
-	final, err := workload.Produce(ctx, cl, o.topics, plan, func(p workload.Progress) {
+	if o.hostile {
+		if o.cfg.Partitions, err = partitionsOf(ctx, adm, o.topics.Commands); err != nil {
+			return err
+		}
+	}
+	plan, err := workload.NewPlan(o.cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "loadgen: seed %d: %d signals over %d users, %d leavers, %d commands, %d hostile scenes, to %s and %s\n",
+		o.cfg.Seed, o.cfg.Signals, o.cfg.Users, plan.Leavers(), len(plan.Commands), len(plan.Scenes), o.topics.Signals, o.topics.Commands)
+	final, err := workload.Produce(ctx, c, o.topics, plan, func(p workload.Progress) {
 		fmt.Fprintf(stdout, "loadgen: %v\n", p)
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "loadgen: done: %d records (%d signals, %d commands) in %v: %.0f records/s\n",
-		final.Records(), final.Signals, final.Commands, final.Elapsed.Round(time.Millisecond), final.Rate())
+	fmt.Fprintf(stdout, "loadgen: done: %d records (%d signals, %d commands, %d hostile signals, %d other hostile records) in %v: %.0f records/s\n",
+		final.Records(), final.Signals, final.Commands, final.HostileSignals, final.HostileRecords, final.Elapsed.Round(time.Millisecond), final.Rate())
 	return nil
+}
+
+// partitionsOf returns the partition count of topic.
+func partitionsOf(ctx context.Context, adm *kadm.Client, topic topics.Topic) (int, error) {
+	td, err := adm.ListTopics(ctx, string(topic))
+	if err != nil {
+		return 0, fmt.Errorf("describing %s: %w", topic, err)
+	}
+	d, ok := td[string(topic)]
+	if !ok || d.Err != nil || len(d.Partitions) == 0 {
+		return 0, fmt.Errorf("topic %s: not found (create it, or drop --create-topics=false)", topic)
+	}
+	return len(d.Partitions), nil
+}
+
+func kindList() string {
+	var names []string
+	for _, k := range workload.Kinds() {
+		names = append(names, string(k))
+	}
+	return strings.Join(names, ",")
 }
 
 func splitList(s string) []string {

@@ -31,6 +31,12 @@ type Config struct {
 	// Rate is how many signals Produce writes per second; 0 is as fast as
 	// the client takes them.
 	Rate float64
+	// Partitions is the partition count of the commands and signals
+	// topics. The hostile mix needs it (to misroute records and to put
+	// users in one partition); the friendly load does not.
+	Partitions int
+	// Hostile is the hostile mix; the zero value is none.
+	Hostile Hostile
 }
 
 // Validate reports the first field of c that is out of range.
@@ -50,8 +56,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("workload: RejoinPct is %v, want 0..LeavePct (%v): rejoiners are chosen among the leavers", c.RejoinPct, c.LeavePct)
 	case !(c.Rate >= 0) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("workload: Rate is %v, want a finite number >= 0", c.Rate)
+	case c.Partitions < 0:
+		return fmt.Errorf("workload: Partitions is %d, want at least 0", c.Partitions)
 	}
-	return nil
+	return c.Hostile.validate(c.Partitions)
 }
 
 // Command is one planned leave or rejoin.
@@ -75,6 +83,8 @@ type Plan struct {
 	// Commands in the order they are produced: ascending Before, and in
 	// plan order among equal Before (a user's leave before its rejoin).
 	Commands []Command
+	// Scenes of the hostile mix, in the order they are played.
+	Scenes []Scene
 }
 
 // repeatOneIn is how rarely a leaver sends its leave twice.
@@ -125,6 +135,9 @@ func NewPlan(cfg Config) (*Plan, error) {
 	for seq := range p.Users {
 		p.Users[seq] = uint32(rng.Uint64N(n)) + 1
 	}
+	// The hostile mix draws from a stream of its own: the friendly load of
+	// a seed stays the same with or without it.
+	p.Scenes = planScenes(cfg, rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x6a09e667f3bcc909)))
 	return p, nil
 }
 

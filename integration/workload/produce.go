@@ -13,27 +13,36 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/integration/oracle"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
 // Phases of Produce, as Progress reports them.
 const (
 	PhaseSignals = "producing" // signals and commands going out
-	PhaseFlush   = "flushing"  // everything handed to the client; waiting for acknowledgements
+	PhaseFlush   = "flushing"  // the friendly load handed to the client; waiting for acknowledgements
+	PhaseHostile = "hostile"   // the friendly load acknowledged; hostile scenes still playing
 	PhaseDone    = "done"      // everything acknowledged
 )
 
 // Progress is how far Produce got.
 type Progress struct {
 	Phase    string
-	Signals  int // signals handed to the client
-	Acked    int // signals acknowledged by Kafka
-	Commands int // commands acknowledged by Kafka
-	Elapsed  time.Duration
+	Signals  int // friendly signals handed to the client
+	Acked    int // friendly signals acknowledged by Kafka
+	Commands int // friendly commands acknowledged by Kafka
+	// The hostile mix, acknowledged by Kafka.
+	Scenes         int // scenes played to their end
+	HostileSignals int // signals (their ids follow the friendly ones)
+	HostileRecords int // commands and poison records
+	Elapsed        time.Duration
 }
 
 // Records returns the records handed to Kafka so far, signals and commands.
-func (p Progress) Records() int { return p.Signals + p.Commands }
+func (p Progress) Records() int { return p.Signals + p.Commands + p.HostileSignals + p.HostileRecords }
+
+// SignalIDs returns how many signal ids the load used: 0..SignalIDs-1.
+func (p Progress) SignalIDs() int { return p.Signals + p.HostileSignals }
 
 // Rate returns the records per second so far.
 func (p Progress) Rate() float64 {
@@ -44,25 +53,33 @@ func (p Progress) Rate() float64 {
 }
 
 func (p Progress) String() string {
-	return fmt.Sprintf("%s: %d/%d signals acknowledged, %d commands, %.0f records/s, %v",
-		p.Phase, p.Acked, p.Signals, p.Commands, p.Rate(), p.Elapsed.Round(time.Millisecond))
+	s := fmt.Sprintf("%s: %d/%d signals acknowledged, %d commands", p.Phase, p.Acked, p.Signals, p.Commands)
+	if p.Scenes > 0 || p.HostileSignals > 0 || p.HostileRecords > 0 {
+		s += fmt.Sprintf(", hostile: %d scenes, %d signals, %d other records", p.Scenes, p.HostileSignals, p.HostileRecords)
+	}
+	return s + fmt.Sprintf(", %.0f records/s, %v", p.Rate(), p.Elapsed.Round(time.Millisecond))
 }
 
 // progressEvery bounds how often Produce calls its progress callback.
 const progressEvery = time.Second
 
-// Produce writes plan to set's signals and commands topics with cl, whose
-// partitioner must be Kafka's default (franz-go's default, murmur2), and
+// Produce writes plan to set's signals and commands topics with c and
 // returns once every record is acknowledged, or at the first error. It
 // calls progress (if not nil) from its own goroutine at most once a
 // second, and once at the end.
 //
-// Signals are produced asynchronously with the wall clock as their
-// timestamp; each command synchronously, stamped with at_ns = the wall
-// clock just before it is produced. See the package documentation for why.
-func Produce(ctx context.Context, cl *kgo.Client, set topics.Set, plan *Plan, progress func(Progress)) (Progress, error) {
+// The friendly load goes out with c.Load: signals asynchronously with the
+// wall clock as their timestamp, each command synchronously, stamped with
+// at_ns = the wall clock just before it is produced (see the package
+// documentation for why). Meanwhile a goroutine of Produce plays the
+// plan's hostile scenes with c.Hostile and c.Txn, each at its point of the
+// friendly load (or back to back when Rate is 0); Produce returns when
+// both are done.
+func Produce(ctx context.Context, c *Clients, set topics.Set, plan *Plan, progress func(Progress)) (Progress, error) {
 	cfg := plan.Config
 	start := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var (
 		acked atomic.Int64
 		fail  firstError
@@ -74,10 +91,23 @@ func Produce(ctx context.Context, cl *kgo.Client, set topics.Set, plan *Plan, pr
 		}
 		acked.Add(1)
 	}
+	hostile := newPlayer(c, set, cfg)
+	hostileDone := make(chan error, 1)
+	go func() {
+		err := playScenes(ctx, hostile, plan, start)
+		if err != nil {
+			cancel() // the friendly load stops too
+		}
+		hostileDone <- err
+	}()
+
 	st := Progress{Phase: PhaseSignals}
 	report := func() {
 		st.Elapsed = time.Since(start)
 		st.Acked = int(acked.Load())
+		st.Scenes = int(hostile.scenes.Load())
+		st.HostileSignals = int(hostile.signals.Load())
+		st.HostileRecords = int(hostile.records.Load())
 		if progress != nil {
 			progress(st)
 		}
@@ -96,11 +126,19 @@ func Produce(ctx context.Context, cl *kgo.Client, set topics.Set, plan *Plan, pr
 		return nil
 	}
 
-	next := 0 // next command of the plan
+	left := make(map[uint64]int64) // users whose leave Kafka acknowledged, and its boundary
+	next := 0                      // next command of the plan
 	commands := func(before int) error {
 		for ; next < len(plan.Commands) && plan.Commands[next].Before == before; next++ {
-			if err := produceCommand(ctx, cl, set, plan.Commands[next]); err != nil {
+			cmd := plan.Commands[next]
+			at, err := produceCommand(ctx, c.Load, set, cmd)
+			if err != nil {
 				return err
+			}
+			if _, ok := left[cmd.User]; cmd.Op == topics.Leave && !ok {
+				left[cmd.User] = at // a second leave is later: the first boundary stays
+			} else if cmd.Op == topics.Rejoin {
+				delete(left, cmd.User)
 			}
 			st.Commands++
 			maybeReport()
@@ -109,46 +147,97 @@ func Produce(ctx context.Context, cl *kgo.Client, set topics.Set, plan *Plan, pr
 	}
 
 	var value []byte
-	for seq := range cfg.Signals {
-		if err := commands(seq); err != nil {
-			return st, err
-		}
-		if seq%1024 == 0 {
-			if err := asyncErr(); err != nil {
-				return st, err
+	friendly := func() error {
+		for seq := range cfg.Signals {
+			if err := commands(seq); err != nil {
+				return err
 			}
-			if err := ctx.Err(); err != nil {
-				return st, err
+			if seq%1024 == 0 {
+				if err := asyncErr(); err != nil {
+					return err
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				maybeReport()
 			}
-			maybeReport()
+			if err := pace(ctx, start, seq, cfg.Rate); err != nil {
+				return err
+			}
+			user := uint64(plan.Users[seq])
+			value = AppendValue(value[:0], uint64(seq), cfg.ValueSize)
+			r := &kgo.Record{
+				Topic:     string(set.Signals),
+				Key:       topics.AppendUserID(nil, user),
+				Value:     append([]byte(nil), value...),
+				Timestamp: time.Now(),
+			}
+			if from, ok := left[user]; ok && r.Timestamp.UnixMilli()*int64(time.Millisecond) >= from {
+				r.Headers = gatedHeaders()
+			}
+			c.Load.Produce(ctx, r, promise)
+			st.Signals++
 		}
-		if err := pace(ctx, start, seq, cfg.Rate); err != nil {
-			return st, err
+		if err := commands(cfg.Signals); err != nil {
+			return err
 		}
-		user := uint64(plan.Users[seq])
-		value = AppendValue(value[:0], uint64(seq), cfg.ValueSize)
-		cl.Produce(ctx, &kgo.Record{
-			Topic:     string(set.Signals),
-			Key:       topics.AppendUserID(nil, user),
-			Value:     append([]byte(nil), value...),
-			Timestamp: time.Now(),
-		}, promise)
-		st.Signals++
+		st.Phase = PhaseFlush
+		report()
+		if err := c.Load.Flush(ctx); err != nil {
+			return fmt.Errorf("workload: flushing signals: %w", err)
+		}
+		return asyncErr()
 	}
-	if err := commands(cfg.Signals); err != nil {
+	if err := friendly(); err != nil {
+		cancel()
+		if herr := <-hostileDone; herr != nil && !errors.Is(herr, context.Canceled) {
+			return st, herr // the scene's error is why the friendly load stopped
+		}
 		return st, err
 	}
-	st.Phase = PhaseFlush
-	report()
-	if err := cl.Flush(ctx); err != nil {
-		return st, fmt.Errorf("workload: flushing signals: %w", err)
-	}
-	if err := asyncErr(); err != nil {
-		return st, err
+	st.Phase = PhaseHostile
+	for waiting := true; waiting; {
+		t := time.NewTimer(progressEvery)
+		select {
+		case err := <-hostileDone:
+			t.Stop()
+			if err != nil {
+				return st, err
+			}
+			waiting = false
+		case <-t.C:
+			report()
+		}
 	}
 	st.Phase = PhaseDone
 	report()
 	return st, nil
+}
+
+// gatedHeaders mark a signal produced after its user's leave was
+// acknowledged and stamped at or after its boundary: promise 1 holds for
+// it, and the oracle judges its forwarding a leak whatever window covers it.
+func gatedHeaders() []kgo.RecordHeader {
+	return []kgo.RecordHeader{{Key: oracle.HeaderExpect, Value: []byte(oracle.ExpectGated)}}
+}
+
+// playScenes plays plan's scenes with p, scene i when the friendly load is
+// at its Scene.At (paced by the plan's rate; back to back at rate 0), and
+// returns at the first error or once all are played.
+func playScenes(ctx context.Context, p *player, plan *Plan, start time.Time) error {
+	span := time.Duration(0)
+	if plan.Config.Rate > 0 {
+		span = time.Duration(float64(plan.Config.Signals) / plan.Config.Rate * float64(time.Second))
+	}
+	for _, s := range plan.Scenes {
+		if err := Sleep(ctx, time.Until(start.Add(time.Duration(s.At*float64(span))))); err != nil {
+			return err
+		}
+		if err := p.play(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // firstError keeps the first error reported by any goroutine.
@@ -171,8 +260,9 @@ func (f *firstError) get() error {
 	return f.err
 }
 
-// produceCommand produces c and waits for its acknowledgement.
-func produceCommand(ctx context.Context, cl *kgo.Client, set topics.Set, c Command) error {
+// produceCommand produces c and waits for its acknowledgement. It returns
+// the command's boundary, in ns.
+func produceCommand(ctx context.Context, cl *kgo.Client, set topics.Set, c Command) (int64, error) {
 	now := time.Now()
 	value := topics.AppendCommand(nil, topics.Command{
 		Op: c.Op, UserID: c.User, AtNs: uint64(now.UnixNano()), HasAt: true,
@@ -180,9 +270,9 @@ func produceCommand(ctx context.Context, cl *kgo.Client, set topics.Set, c Comma
 	})
 	r := &kgo.Record{Topic: string(set.Commands), Key: topics.AppendUserID(nil, c.User), Value: value, Timestamp: now}
 	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return fmt.Errorf("workload: producing command %d (%s of user %d): %w", c.Index, c.Op, c.User, err)
+		return 0, fmt.Errorf("workload: producing command %d (%s of user %d): %w", c.Index, c.Op, c.User, err)
 	}
-	return nil
+	return now.UnixNano(), nil
 }
 
 // pace sleeps until signal seq is due at rate signals/s from start. A

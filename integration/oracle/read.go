@@ -1,4 +1,4 @@
-package workload
+package oracle
 
 import (
 	"context"
@@ -63,10 +63,22 @@ func openTransactions(ctx context.Context, adm *kadm.Client, grace time.Duration
 		if listErr != nil && time.Now().After(deadline) {
 			return nil, nil, listErr
 		}
-		if err := Sleep(ctx, wait); err != nil { // polling interval of a condition with a deadline
+		if err := pause(ctx, wait); err != nil { // polling interval of a condition with a deadline
 			return nil, nil, err
 		}
 		wait = min(wait*2, time.Second)
+	}
+}
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

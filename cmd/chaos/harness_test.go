@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cohortgate/cohortgate/integration/oracle"
+	"github.com/cohortgate/cohortgate/integration/workload"
+)
+
+// TestVerdict: a scenario passes only without damage; a control only with
+// the damage its name promises, whatever else it shows; an informational
+// control always.
+func TestVerdict(t *testing.T) {
+	find := func(name string) scenario {
+		sc, ok := findScenario(name)
+		if !ok {
+			t.Fatalf("no scenario %s", name)
+		}
+		return sc
+	}
+	for _, tc := range []struct {
+		name string
+		r    result
+		pass bool
+		word string // in the verdict
+	}{
+		{"clean", result{sc: find("kill")}, true, "ok"},
+		{"a leak", result{sc: find("kill"), rep: oracle.Report{Leaked: 1}}, false, "1 leaked"},
+		{"a missing window", result{sc: find("wipe"), rep: oracle.Report{MissingWindows: 2}}, false, "2 missing windows"},
+		{"late signals are allowed", result{sc: find("kill"), rep: oracle.Report{Late: 5, ConservativeWindows: 1}}, true, "ok"},
+		{"a finding", result{sc: find("scale"), findings: []string{"x"}}, false, "misbehaved"},
+		{"an error", result{sc: find("kill"), err: errors.New("boom")}, false, "boom"},
+		{"control-no-txn with duplicates", result{sc: find("control-no-txn"), rep: oracle.Report{Duplicates: 3}}, true, "control ok"},
+		{"control-no-txn with only a leak", result{sc: find("control-no-txn"), rep: oracle.Report{Leaked: 3}}, false, "did not show"},
+		{"control-lso leaks", result{sc: find("control-lso"), rep: oracle.Report{Leaked: 4, Late: 2}}, true, "control ok"},
+		{"control-lso only late", result{sc: find("control-lso"), rep: oracle.Report{Late: 4}}, false, "did not show"},
+		{"control-no-window-recovery", result{sc: find("control-no-window-recovery"), rep: oracle.Report{MissingWindows: 1, Leaked: 3}}, true, "control ok"},
+		{"control-no-window-recovery, leaks only", result{sc: find("control-no-window-recovery"), rep: oracle.Report{Leaked: 3}}, false, "did not show"},
+		{"control-skip-commands", result{sc: find("control-skip-commands"), rep: oracle.Report{Leaked: 1}}, true, "control ok"},
+		{"control-no-sync without damage", result{sc: find("control-no-sync")}, true, "as explained"},
+		{"control-no-sync with damage", result{sc: find("control-no-sync"), rep: oracle.Report{Lost: 1}}, true, "informational"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pass, why := tc.r.verdict()
+			if pass != tc.pass || !strings.Contains(why, tc.word) {
+				t.Fatalf("verdict = %v, %q; want %v and %q", pass, why, tc.pass, tc.word)
+			}
+		})
+	}
+}
+
+// TestScenarios checks the table of scenarios: every control names the
+// damage it shows, and the two controls of issue 13 run the processors
+// with their unsafe flag and a mix that provokes the damage.
+func TestScenarios(t *testing.T) {
+	o := &options{hostile: workload.Hostile{Scenes: 16, Grace: 200 * time.Millisecond}}
+	for _, sc := range scenarios {
+		if sc.control != "" && !sc.informational && sc.shows == nil {
+			t.Errorf("%s: a control without the damage it shows", sc.name)
+		}
+		if sc.span == nil || sc.act == nil || sc.instances < 1 {
+			t.Errorf("%s: incomplete", sc.name)
+		}
+	}
+	for name, want := range map[string]struct {
+		flag string
+		kind workload.Kind
+	}{
+		"control-lso":                {"--unsafe-observe-lso", workload.KindTxnHeld},
+		"control-no-window-recovery": {"--unsafe-no-window-recovery", workload.KindLateLeave},
+	} {
+		sc, ok := findScenario(name)
+		if !ok {
+			t.Fatalf("no scenario %s", name)
+		}
+		h := sc.mix(o.hostile)
+		if !slices.Contains(sc.flags, want.flag) || h.Scenes < 1 || h.Shares.String() != string(want.kind)+"=1" || h.Grace != o.hostile.Grace {
+			t.Errorf("%s: flags %v, mix %+v; want %s and only %s scenes", name, sc.flags, h, want.flag, want.kind)
+		}
+	}
+}
+
+func TestParseHostile(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "processor")
+	if err := os.WriteFile(bin, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parse([]string{"--processor", bin}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.hostile.Scenes != 16 || len(o.hostile.Shares) != len(workload.Kinds()) || o.hostile.Grace != o.grace || o.hostile.MaxFutureSkew != 5*time.Second {
+		t.Fatalf("default hostile mix %+v", o.hostile)
+	}
+	o, err = parse([]string{"--processor", bin, "--hostile=false"}, io.Discard)
+	if err != nil || o.hostile.Scenes != 0 {
+		t.Fatalf("--hostile=false: %+v, %v", o.hostile, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--hostile-scenes", "0"}, "--hostile-scenes"},
+		{[]string{"--hostile-shares", "nosuch=1"}, "--hostile-shares"},
+		{[]string{"--grace", "3s", "--hostile-hold", "4s"}, "hostile mix"},
+	} {
+		if _, err := parse(append([]string{"--processor", bin}, tc.args...), io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parse(%q) = %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestTableRow: two lines a scenario, every count in its column.
+func TestTableRow(t *testing.T) {
+	var out strings.Builder
+	h := &harness{out: &out}
+	h.header()
+	h.tableRow(result{sc: scenario{name: "kill"}, seconds: 1.25, rep: oracle.Report{
+		SignalsIn: 1, Forwarded: 2, Expected: 3, Duplicates: 4, Lost: 5, Leaked: 6, Late: 7, Hanging: 8, DLQ: 9,
+		PoisonNotDLQd: 10, MisroutedNotRepublished: 11, Unknown: 12, ChangelogMismatches: 13,
+		MissingWindows: 14, SpuriousWindows: 15, ConservativeWindows: 16, Contradictions: 17,
+	}})
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines:\n%s", len(lines), out.String())
+	}
+	want := []string{
+		"scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds",
+		"poison unrouted unknown changelog win_miss win_spur win_cons contra",
+		"kill 1 2 3 4 5 6 7 8 9 1.2",
+		"10 11 12 13 14 15 16 17",
+	}
+	for i, w := range want {
+		if got := strings.Join(strings.Fields(lines[i]), " "); got != w {
+			t.Errorf("line %d: %q, want %q", i, got, w)
+		}
+	}
+	// The columns line up with their headers.
+	if strings.Index(lines[0], "seconds")+len("seconds") != len(lines[2]) || len(lines[1]) != len(lines[3]) {
+		t.Errorf("columns do not line up:\n%s", out.String())
+	}
+}
+
+// TestInstanceWindows reads the windows of a user's record from a
+// processor's /v1/members, as control-no-window-recovery does.
+func TestInstanceWindows(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/members/1":
+			fmt.Fprint(w, `{"user_id":1,"status":"left","left_at_ns":5,"history":[],"late_leaves":[{"left_at_ns":5,"forwarded_through_ns":9,"exact":true}]}`)
+		case "/v1/members/2":
+			fmt.Fprint(w, `{"user_id":2,"status":"active","left_at_ns":null,"history":[],"late_leaves":[]}`)
+		case "/v1/members/3":
+			http.NotFound(w, r)
+		default:
+			http.Error(w, "broken", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	in := &instance{name: "a"}
+	in.mu.http = strings.TrimPrefix(srv.URL, "http://")
+	ctx := context.Background()
+	for user, want := range map[uint64]int{1: 1, 2: 0, 3: 0} {
+		if n, err := in.windows(ctx, user); err != nil || n != want {
+			t.Errorf("windows(%d) = %d, %v; want %d", user, n, err, want)
+		}
+	}
+	if _, err := in.windows(ctx, 4); err == nil || !strings.Contains(err.Error(), "500") {
+		t.Errorf("windows(4) = %v, want the server's error", err)
+	}
+}
+
+// TestInstanceArgs: every processor of a scenario runs with the harness's
+// grace and skew (which the load is stamped against) and the scenario's
+// flags.
+func TestInstanceArgs(t *testing.T) {
+	sc, ok := findScenario("control-lso")
+	if !ok {
+		t.Fatal("no control-lso")
+	}
+	h := &harness{o: &options{grace: 300 * time.Millisecond, maxFutureSkew: 7 * time.Second, partitions: 3,
+		sessionTimeout: 6 * time.Second, logLevel: "info"}, brokers: []string{"b:9092"}}
+	h.mu.children = make(map[*instance]bool)
+	r := &scenarioRun{h: h, sc: sc, set: workload.Topics("p"), group: "g", dir: t.TempDir()}
+	args := strings.Join(r.newInstance("a").args, " ")
+	for _, want := range []string{"--brokers b:9092", "--group g", "--grace 300ms", "--max-future-skew 7s", "--partitions 3", "--unsafe-observe-lso"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+}

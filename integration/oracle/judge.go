@@ -1,0 +1,415 @@
+package oracle
+
+import (
+	"cmp"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxFutureSkew is the processor's default --max-future-skew.
+	DefaultMaxFutureSkew = 5 * time.Second
+	// DefaultMaxMessageBytes is Kafka's default max.message.bytes.
+	DefaultMaxMessageBytes = 1048588
+	// sizeSlack is how close to the cohort topic's max.message.bytes a
+	// valid signal may come before the oracle also accepts it dead-lettered
+	// as record_too_large (S3): how the processor's producer frames and
+	// compresses a batch is its own business.
+	sizeSlack = 64 << 10
+)
+
+// Config tells a Judge about the run it judges.
+type Config struct {
+	// Topics names the run's topics; the DLQ's source headers are
+	// matched against them.
+	Topics Topics
+	// Partitions of the commands topic and of the signals topic (they are
+	// equal): rules C2 and S2 route by murmur2 modulo this.
+	Partitions int32
+	// MaxFutureSkew is the processors' --max-future-skew (rule C4).
+	// Default DefaultMaxFutureSkew.
+	MaxFutureSkew time.Duration
+	// CohortMaxMessageBytes is the cohort topic's max.message.bytes
+	// (rule S3). Default DefaultMaxMessageBytes.
+	CohortMaxMessageBytes int
+}
+
+// Judge judges one run from its records, which the caller hands it topic by
+// topic: each topic's records in offset order within each partition
+// (partitions may interleave, and topics may come in any order). It keeps
+// a digest of each record, not the record. Report applies the rules.
+//
+// A Judge is not safe for concurrent use.
+type Judge struct {
+	cfg Config
+
+	commands  []commandRecord
+	signals   map[signalID]*signal
+	sigExpect []deadLetter           // signals the rules dead-letter
+	sigRoute  []misrouted            // signals found outside their key's partition
+	copies    map[copyKey][]int32    // partitions where re-published copies were found, by where they came from
+	dlq       map[source][]dlqRecord // DLQ records by the source they name
+	dlqCount  int
+	cohort    map[signalID]int // cohort records per signal
+	cohortAt  map[signalID]pos // where each was first seen, for examples
+	changelog map[uint64][]changelogEntry
+	badKeys   []string // changelog records whose key is no user id
+}
+
+// Errors of NewJudge.
+var (
+	// ErrPartitions: Config.Partitions is below 1.
+	ErrPartitions = errors.New("oracle: Partitions must be at least 1")
+	// ErrTopics: a topic name is empty, or two are the same.
+	ErrTopics = errors.New("oracle: the five topic names must be set and distinct")
+)
+
+// NewJudge returns a Judge for a run described by cfg.
+func NewJudge(cfg Config) (*Judge, error) {
+	if cfg.Partitions < 1 {
+		return nil, ErrPartitions
+	}
+	names := cfg.Topics.names()
+	for i, n := range names {
+		if n == "" || slices.Contains(names[:i], n) {
+			return nil, ErrTopics
+		}
+	}
+	if cfg.MaxFutureSkew <= 0 {
+		cfg.MaxFutureSkew = DefaultMaxFutureSkew
+	}
+	if cfg.CohortMaxMessageBytes <= 0 {
+		cfg.CohortMaxMessageBytes = DefaultMaxMessageBytes
+	}
+	return &Judge{
+		cfg:       cfg,
+		signals:   make(map[signalID]*signal),
+		copies:    make(map[copyKey][]int32),
+		dlq:       make(map[source][]dlqRecord),
+		cohort:    make(map[signalID]int),
+		cohortAt:  make(map[signalID]pos),
+		changelog: make(map[uint64][]changelogEntry),
+	}, nil
+}
+
+// source names a record of an input topic, as a DLQ record's headers do.
+type source struct {
+	topic string
+	at    pos
+}
+
+func (s source) String() string { return s.topic + " " + s.at.String() }
+
+// deadLetter is an input record the rules send to the DLQ.
+type deadLetter struct {
+	src    source
+	reason string // what the rules say; reasonKey and reasonCommandValue stand for classes
+	sha    string // hex SHA-256 of its value
+	what   string // the record, for a finding
+}
+
+// misrouted is an input record outside its key's partition (C2, S2).
+type misrouted struct {
+	src   source
+	right int32
+	what  string
+}
+
+// copyKey is where a re-published copy says it came from.
+type copyKey struct {
+	topic string
+	from  string // "<partition>/<offset>"
+}
+
+// dlqRecord is what the oracle keeps of a DLQ record.
+type dlqRecord struct {
+	reason, originalReason, originalSHA string
+}
+
+// signal is what the oracle keeps of one signal (all its records).
+type signal struct {
+	user     uint64
+	eventNs  int64
+	first    pos   // where it was first read
+	eligible []pos // its records that reached rule S5
+	gated    bool  // marked ExpectGated
+	// mayBeTooLarge: close enough to the cohort topic's limit that rule
+	// S3 may send it to the DLQ instead; sha is its value's SHA-256 then.
+	mayBeTooLarge bool
+	sha           string
+}
+
+// fate is what the rules make of a command record before the model sees it.
+type fate uint8
+
+const (
+	toModel fate = iota + 1 // reaches rule C5
+	toDLQ                   // C1, C3 or C4
+	toCopy                  // C2: re-published, not applied here
+)
+
+// commandRecord is the digest of one commands record.
+type commandRecord struct {
+	at       pos
+	fate     fate
+	reason   string // toDLQ
+	right    int32  // toCopy
+	cmd      command
+	boundary uint64
+	sha      string
+	what     string
+}
+
+// changelogEntry is one changelog record of a user.
+type changelogEntry struct {
+	at  pos
+	rec changelogRecord
+	err error
+}
+
+// AddCommand takes a record of the commands topic.
+func (j *Judge) AddCommand(r Record) {
+	c := commandRecord{at: pos{r.Partition, r.Offset}, sha: sha256Hex(r.Value),
+		what: "command " + j.cfg.Topics.Commands + " " + pos{r.Partition, r.Offset}.String() + " key " + quoteKey(r.Key)}
+	user, ok := parseUserID(r.Key)
+	switch {
+	case !ok:
+		c.fate, c.reason = toDLQ, reasonKey
+	case partitionOf(r.Key, j.cfg.Partitions) != r.Partition:
+		c.fate, c.right = toCopy, partitionOf(r.Key, j.cfg.Partitions)
+	default:
+		cmd, reason := decodeCommand(user, r.Value)
+		if reason != "" {
+			c.fate, c.reason = toDLQ, reasonCommandValue
+			break
+		}
+		if c.boundary, reason = boundaryOf(cmd, r.Timestamp, j.cfg.MaxFutureSkew); reason != "" {
+			c.fate, c.reason = toDLQ, reason
+			break
+		}
+		c.fate, c.cmd = toModel, cmd
+	}
+	if from, ok := r.header(headerMisroutedFrom); ok {
+		j.copies[copyKey{j.cfg.Topics.Commands, from}] = append(j.copies[copyKey{j.cfg.Topics.Commands, from}], r.Partition)
+	}
+	j.commands = append(j.commands, c)
+}
+
+// AddSignal takes a record of the signals topic.
+func (j *Judge) AddSignal(r Record) {
+	id := idOf(r)
+	at := pos{r.Partition, r.Offset}
+	s := j.signals[id]
+	if s == nil {
+		s = &signal{first: at, eventNs: eventTime(r)}
+		j.signals[id] = s
+	}
+	src := source{j.cfg.Topics.Signals, at}
+	what := "signal " + src.String() + " key " + quoteKey(r.Key) + " at " + formatNs(eventTime(r))
+	if from, ok := r.header(headerMisroutedFrom); ok {
+		k := copyKey{j.cfg.Topics.Signals, from}
+		j.copies[k] = append(j.copies[k], r.Partition)
+	}
+	expect, _ := r.header(HeaderExpect)
+	if expect == ExpectGated {
+		s.gated = true
+	}
+	user, ok := parseUserID(r.Key)
+	switch {
+	case !ok:
+		j.sigExpect = append(j.sigExpect, deadLetter{src: src, reason: reasonKey, sha: sha256Hex(r.Value), what: what})
+	case partitionOf(r.Key, j.cfg.Partitions) != r.Partition:
+		j.sigRoute = append(j.sigRoute, misrouted{src: src, right: partitionOf(r.Key, j.cfg.Partitions), what: what})
+	case expect == ExpectTimestampSkew:
+		j.sigExpect = append(j.sigExpect, deadLetter{src: src, reason: reasonTimestampSkew, sha: sha256Hex(r.Value), what: what})
+	default:
+		s.eligible = append(s.eligible, at)
+		if batchBytes(r) > j.cfg.CohortMaxMessageBytes-sizeSlack {
+			s.mayBeTooLarge, s.sha = true, sha256Hex(r.Value)
+		}
+	}
+	if ok {
+		s.user = user
+	}
+}
+
+// AddDLQ takes a record of the DLQ topic. Only its headers matter.
+func (j *Judge) AddDLQ(r Record) {
+	j.dlqCount++
+	topic, _ := r.header(headerSourceTopic)
+	p, perr := strconv.ParseInt(headerOr(r, headerSourcePartition), 10, 32)
+	o, oerr := strconv.ParseInt(headerOr(r, headerSourceOffset), 10, 64)
+	if perr != nil || oerr != nil {
+		return // names no source; no expectation can be met by it
+	}
+	src := source{topic, pos{int32(p), o}}
+	j.dlq[src] = append(j.dlq[src], dlqRecord{
+		reason:         headerOr(r, headerReason),
+		originalReason: headerOr(r, headerOriginalReason),
+		originalSHA:    headerOr(r, headerOriginalSHA256),
+	})
+}
+
+// AddCohort takes a record of the cohort topic (read_committed).
+func (j *Judge) AddCohort(r Record) {
+	id := idOf(r)
+	if j.cohort[id] == 0 {
+		j.cohortAt[id] = pos{r.Partition, r.Offset}
+	}
+	j.cohort[id]++
+}
+
+// AddChangelog takes a record of the changelog topic.
+func (j *Judge) AddChangelog(r Record) {
+	at := pos{r.Partition, r.Offset}
+	user, ok := parseUserID(r.Key)
+	if !ok {
+		j.badKeys = append(j.badKeys, "changelog "+at.String()+" key "+quoteKey(r.Key))
+		return
+	}
+	rec, err := decodeChangelog(r.Value)
+	if err == nil && rec.userID != user {
+		err = errors.New("user_id " + formatUint(rec.userID) + " differs from its key")
+	}
+	j.changelog[user] = append(j.changelog[user], changelogEntry{at: at, rec: rec, err: err})
+}
+
+func headerOr(r Record, key string) string {
+	v, _ := r.header(key)
+	return v
+}
+
+// quoteKey renders a key for a finding, cut to 40 bytes.
+func quoteKey(k []byte) string {
+	if k == nil {
+		return "null"
+	}
+	if len(k) > 40 {
+		return strconv.Quote(string(k[:40])) + "…"
+	}
+	return strconv.Quote(string(k))
+}
+
+// Report applies the rules to everything the Judge was given and returns
+// the verdict. It does not change the Judge.
+func (j *Judge) Report() Report {
+	rep := Report{DLQ: j.dlqCount, SignalsIn: len(j.signals)}
+	members := j.applyCommands(&rep)
+	for _, m := range members {
+		if eps := m.episodes(); len(eps) > 0 {
+			rep.Users++
+			rep.Episodes += len(eps)
+		}
+	}
+	for _, d := range j.sigExpect {
+		rep.DeadLetters++
+		j.checkDeadLetter(&rep, d)
+	}
+	for _, m := range j.sigRoute {
+		rep.Misrouted++
+		j.checkCopy(&rep, m)
+	}
+	windows := j.judgeChangelog(&rep, members)
+	forwardedIn := j.judgeSignals(&rep, members, windows)
+	j.judgeWindows(&rep, windows, forwardedIn)
+	return rep
+}
+
+// applyCommands runs the commands through rules C1-C7, per partition in
+// offset order, and returns the users' final state.
+func (j *Judge) applyCommands(rep *Report) map[uint64]*member {
+	cmds := slices.Clone(j.commands)
+	slices.SortStableFunc(cmds, func(a, b commandRecord) int {
+		return cmp.Or(cmp.Compare(a.at.partition, b.at.partition), cmp.Compare(a.at.offset, b.at.offset))
+	})
+	members := make(map[uint64]*member)
+	src := func(c commandRecord) source { return source{j.cfg.Topics.Commands, c.at} }
+	for _, c := range cmds {
+		rep.CommandsIn++
+		switch c.fate {
+		case toDLQ:
+			rep.DeadLetters++
+			j.checkDeadLetter(rep, deadLetter{src: src(c), reason: c.reason, sha: c.sha, what: c.what})
+		case toCopy:
+			rep.Misrouted++
+			j.checkCopy(rep, misrouted{src: src(c), right: c.right, what: c.what})
+		case toModel:
+			m := members[c.cmd.userID]
+			if m == nil {
+				m = &member{}
+				members[c.cmd.userID] = m
+			}
+			switch m.apply(c.cmd.op, c.boundary, c.cmd.requestID) {
+			case changed, unchanged:
+				rep.Applied++
+			case duplicate:
+				rep.DuplicateCommands++
+			case refused:
+				rep.Refused++
+				rep.DeadLetters++
+				j.checkDeadLetter(rep, deadLetter{src: src(c), reason: reasonRejoinBeforeLeave, sha: c.sha, what: c.what})
+			}
+		}
+	}
+	return members
+}
+
+// reasonFits reports whether a DLQ record gives the reason want; a
+// truncated copy (record_too_large) gives it in cohortgate.original.reason.
+func reasonFits(want string, d dlqRecord) bool {
+	got := d.reason
+	if got == reasonTooLarge {
+		got = d.originalReason
+		if want == reasonTooLarge {
+			return got == "" // a valid signal too large to forward
+		}
+	}
+	switch want {
+	case reasonKey:
+		return strings.HasPrefix(got, "key_")
+	case reasonCommandValue:
+		return slices.Contains([]string{reasonCommandJSON, reasonCommandOp, reasonCommandUserMissing,
+			reasonCommandUserInvalid, reasonCommandUserMismatch, reasonCommandAtNs, reasonCommandRequestID}, got)
+	}
+	return got == want
+}
+
+// deadLettered reports whether the DLQ holds a record for d with a fitting
+// reason (and, when truncated, the original's SHA-256), or says what it
+// holds instead.
+func (j *Judge) deadLettered(d deadLetter) (bool, string) {
+	recs := j.dlq[d.src]
+	if len(recs) == 0 {
+		return false, "no DLQ record names it"
+	}
+	var got []string
+	for _, r := range recs {
+		switch {
+		case !reasonFits(d.reason, r):
+			got = append(got, "reason "+r.reason+" (original "+r.originalReason+")")
+		case r.reason == reasonTooLarge && r.originalSHA != d.sha:
+			got = append(got, "record_too_large with sha256 "+r.originalSHA+", want "+d.sha)
+		default:
+			return true, ""
+		}
+	}
+	return false, "DLQ has " + strings.Join(got, "; ")
+}
+
+func (j *Judge) checkDeadLetter(rep *Report, d deadLetter) {
+	if ok, why := j.deadLettered(d); !ok {
+		rep.note(&rep.PoisonNotDLQd, "poison not dead-lettered", "%s: want reason %s: %s", d.what, d.reason, why)
+	}
+}
+
+func (j *Judge) checkCopy(rep *Report, m misrouted) {
+	if slices.Contains(j.copies[copyKey{m.src.topic, m.src.at.String()}], m.right) {
+		return
+	}
+	rep.note(&rep.MisroutedNotRepublished, "misrouted not re-published", "%s: no copy in partition %d with %s %s",
+		m.what, m.right, headerMisroutedFrom, m.src.at)
+}

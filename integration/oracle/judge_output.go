@@ -1,0 +1,207 @@
+package oracle
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+)
+
+// judgeChangelog compares each user's latest changelog record with the
+// model, and checks that no window of an earlier record vanishes from a
+// later one. It returns the windows of each user's latest record.
+func (j *Judge) judgeChangelog(rep *Report, members map[uint64]*member) map[uint64][]window {
+	for _, k := range j.badKeys {
+		rep.note(&rep.ChangelogMismatches, "changelog mismatches", "%s: not a user id", k)
+	}
+	users := slices.Collect(maps.Keys(j.changelog))
+	for u := range members {
+		if _, ok := j.changelog[u]; !ok {
+			users = append(users, u)
+		}
+	}
+	slices.Sort(users)
+	windows := make(map[uint64][]window)
+	mismatch := func(format string, args ...any) {
+		rep.note(&rep.ChangelogMismatches, "changelog mismatches", format, args...)
+	}
+	for _, u := range users {
+		entries, m := j.changelog[u], members[u]
+		if len(entries) == 0 {
+			// members holds exactly the users with a command that reached
+			// rule C5: each must have a record.
+			mismatch("user %d: no changelog record; the rules say %s", u, describeEpisodes(m.episodes()))
+			continue
+		}
+		rep.ChangelogUsers++
+		if parts := partitionsOf(entries); len(parts) > 1 {
+			mismatch("user %d: changelog records in partitions %v: which is the latest?", u, parts)
+			continue
+		}
+		last := entries[len(entries)-1]
+		switch bad := slices.IndexFunc(entries, func(e changelogEntry) bool { return e.err != nil }); {
+		case last.err != nil:
+			mismatch("user %d: latest changelog record %s does not decode: %v", u, last.at, last.err)
+		case !last.rec.sameState(m):
+			mismatch("user %d: latest changelog record %s says %s; the rules say %s",
+				u, last.at, describeEpisodes(last.rec.episodes()), describeEpisodes(m.episodes()))
+		case bad >= 0:
+			mismatch("user %d: changelog record %s does not decode: %v", u, entries[bad].at, entries[bad].err)
+		}
+		if last.err == nil {
+			windows[u] = last.rec.windows
+			rep.Windows += len(last.rec.windows)
+		}
+		j.missingWindows(rep, u, entries)
+	}
+	return windows
+}
+
+func partitionsOf(entries []changelogEntry) []int32 {
+	var parts []int32
+	for _, e := range entries {
+		if !slices.Contains(parts, e.at.partition) {
+			parts = append(parts, e.at.partition)
+		}
+	}
+	return parts
+}
+
+// missingWindows checks promise 2's "once recorded, a window is in every
+// later changelog record of that user": each window of a record must be
+// covered by every later record. A record that restates an earlier
+// command's record (the changelog is at least once: the same command's
+// record written again after a crash) is let off, unless it is the latest,
+// which is what the compacted topic keeps.
+func (j *Judge) missingWindows(rep *Report, user uint64, entries []changelogEntry) {
+	type seenWindow struct {
+		w    window
+		from pos
+	}
+	var seen []seenWindow
+	flagged := make(map[window]bool)
+	commands := make(map[string]bool)
+	for i, e := range entries {
+		if e.err != nil {
+			continue
+		}
+		restates := i < len(entries)-1 && e.rec.command != "" && commands[e.rec.command]
+		for _, s := range seen {
+			if restates || flagged[s.w] || slices.ContainsFunc(e.rec.windows, func(x window) bool { return x.covers(s.w) }) {
+				continue
+			}
+			flagged[s.w] = true
+			rep.note(&rep.MissingWindows, "missing windows", "user %d: window %v of changelog %s is not covered by changelog %s",
+				user, s.w, s.from, e.at)
+		}
+		if e.rec.command != "" {
+			commands[e.rec.command] = true
+		}
+		for _, w := range e.rec.windows {
+			if !slices.ContainsFunc(seen, func(s seenWindow) bool { return s.w == w }) {
+				seen = append(seen, seenWindow{w, e.at})
+			}
+		}
+	}
+}
+
+// judgeSignals judges every signal against the model (S1-S5) and the
+// cohort topic, and returns, per user, the event times of the signals
+// forwarded inside a final episode (late or leaked).
+func (j *Judge) judgeSignals(rep *Report, members map[uint64]*member, windows map[uint64][]window) map[uint64][]int64 {
+	ids := slices.Collect(maps.Keys(j.signals))
+	slices.SortFunc(ids, func(a, b signalID) int {
+		pa, pb := j.signals[a].first, j.signals[b].first
+		return cmp.Or(cmp.Compare(pa.partition, pb.partition), cmp.Compare(pa.offset, pb.offset))
+	})
+	forwardedIn := make(map[uint64][]int64)
+	for _, id := range ids {
+		s, seen := j.signals[id], j.cohort[id]
+		rep.Forwarded += seen
+		what := "signal " + j.cfg.Topics.Signals + " " + s.first.String() + " of user " + formatUint(s.user) + " at " + formatNs(s.eventNs)
+		if len(s.eligible) == 0 {
+			if seen > 0 {
+				rep.Unknown += seen
+				rep.example("unknown", "%s forwarded %d times; the rules dead-letter or re-publish it", what, seen)
+			}
+			continue
+		}
+		in := members[s.user].holds(s.eventNs)
+		if s.gated {
+			rep.Gated++
+		}
+		if s.gated && !in {
+			rep.note(&rep.Contradictions, "contradictions", "%s is marked %s but lies in no episode of its user", what, ExpectGated)
+		}
+		if seen > 1 {
+			rep.Duplicates += seen - 1
+			rep.example("duplicates", "%s forwarded %d times", what, seen)
+		}
+		switch {
+		case !in && seen == 0 && s.mayBeTooLarge && j.tooLargeDeadLettered(s):
+			rep.DeadLetters++
+		case !in && seen == 0:
+			rep.Expected++
+			rep.note(&rep.Lost, "lost", "%s never forwarded", what)
+		case !in:
+			rep.Expected++
+		case seen > 0:
+			forwardedIn[s.user] = append(forwardedIn[s.user], s.eventNs)
+			covered := slices.ContainsFunc(windows[s.user], func(w window) bool { return w.holds(s.eventNs) })
+			switch {
+			case s.gated:
+				rep.note(&rep.Leaked, "leaked", "%s forwarded in episode %s although Kafka acknowledged its leave first (marked %s)",
+					what, describeEpisodes(members[s.user].episodes()), ExpectGated)
+			case !covered:
+				rep.note(&rep.Leaked, "leaked", "%s forwarded in episode %s, in no window of its latest changelog record",
+					what, describeEpisodes(members[s.user].episodes()))
+			default:
+				rep.note(&rep.Late, "late", "%s forwarded in episode %s, covered by a window", what, describeEpisodes(members[s.user].episodes()))
+			}
+		}
+	}
+	var unknown []signalID
+	for id := range j.cohort {
+		if j.signals[id] == nil {
+			unknown = append(unknown, id)
+		}
+	}
+	slices.SortFunc(unknown, func(a, b signalID) int {
+		pa, pb := j.cohortAt[a], j.cohortAt[b]
+		return cmp.Or(cmp.Compare(pa.partition, pb.partition), cmp.Compare(pa.offset, pb.offset))
+	})
+	for _, id := range unknown {
+		rep.Forwarded += j.cohort[id]
+		rep.Unknown += j.cohort[id]
+		rep.example("unknown", "cohort record %s is no signal of the input", j.cohortAt[id])
+	}
+	return forwardedIn
+}
+
+// tooLargeDeadLettered reports whether a record of s that reached rule S5
+// went to the DLQ as record_too_large, with its SHA-256.
+func (j *Judge) tooLargeDeadLettered(s *signal) bool {
+	for _, at := range s.eligible {
+		if ok, _ := j.deadLettered(deadLetter{src: source{j.cfg.Topics.Signals, at}, reason: reasonTooLarge, sha: s.sha}); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// judgeWindows checks the windows of the latest records: an exact window
+// must hold a signal of its user forwarded inside a final episode, or it
+// sends the purge job after contributions that were never made.
+// Conservative windows are counted, not judged.
+func (j *Judge) judgeWindows(rep *Report, windows map[uint64][]window, forwardedIn map[uint64][]int64) {
+	users := slices.Sorted(maps.Keys(windows))
+	for _, u := range users {
+		for _, w := range windows[u] {
+			switch {
+			case !w.exact:
+				rep.note(&rep.ConservativeWindows, "conservative windows", "user %d: window %v", u, w)
+			case !slices.ContainsFunc(forwardedIn[u], w.holds):
+				rep.note(&rep.SpuriousWindows, "spurious windows", "user %d: window %v holds no signal forwarded inside an episode", u, w)
+			}
+		}
+	}
+}
