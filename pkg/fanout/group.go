@@ -29,6 +29,12 @@ func (p *Processor) newSession() (session, error) {
 	if p.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))
 	}
+	// How long the group waits for its members to rejoin a rebalance. A
+	// member that crashed during one is removed only when it expires, and
+	// until then no partition moves: franz-go's default, a minute, is that
+	// long a stall of every partition's signals. The loop rejoins within
+	// one cycle (its end bounded by endTimeout), so a little more suffices.
+	opts = append(opts, kgo.RebalanceTimeout(p.endTimeout()+5*time.Second))
 	if p.cfg.ExactlyOnce {
 		return newTxnSession(topic, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
 	}

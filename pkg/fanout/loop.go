@@ -479,7 +479,12 @@ func (l *loop) end(ctx context.Context) error {
 	pos := make(map[int32]position, len(l.lanes))
 	for p, ln := range l.lanes {
 		ps := position{meta: ln.c.meta(ln.judged)}
-		ps.refresh = ps.meta != ln.committedMeta
+		// Refresh only a partition this claim has fetched from: its
+		// committed offset was read when the assignment began, and no
+		// offset commit may race that read (the new owner's offset fetch
+		// waits for pending transactional commits to end). A lane whose
+		// claim is gone must not be committed at all.
+		ps.refresh = ps.meta != ln.committedMeta && ln.start.Offset >= 0 && !ln.c.revoked.Load()
 		if h, ok := ln.q.peek(); ok {
 			ps.held, ps.at = true, kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset}
 		}
