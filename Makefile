@@ -8,7 +8,7 @@ KAFKA     := bash integration/kafka/kafka.sh
 # Tests against a real broker read its address from here.
 KAFKA_BROKERS ?= 127.0.0.1:9092
 
-.PHONY: build run test test-kafka kafka-start kafka-stop bench fuzz lint clean
+.PHONY: build run test test-kafka kafka-start kafka-stop bench fuzz lint clean examples promtool
 
 build:
 	$(GO) build -o $(BIN) ./cmd/processor
@@ -69,7 +69,22 @@ lint:
 	$(GO) tool staticcheck ./...
 
 clean:
-	rm -rf bin cohortgate-data
+	rm -rf bin cohortgate-data examples/java/target
+
+# The example producers of examples/ (EXAMPLES: python, java or both)
+# against the processor's embedded broker on 127.0.0.1:19092: each leave's
+# receipt must reach the changelog. Needs python3 with confluent-kafka
+# (pip install confluent-kafka), and for java a JDK and Maven.
+EXAMPLES ?= python java
+
+examples: build
+	bash examples/check.sh $(EXAMPLES)
+
+# The alert rules, by Prometheus's own tool (Debian: apt-get install
+# prometheus): they load, and each alert's unit tests pass.
+promtool:
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
 
 # The chaos harness (cmd/chaos, see its package comment): the processor
 # binary under kill -9, scale 1 → 3 → 1, SIGSTOP past the session timeout
