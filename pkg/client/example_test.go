@@ -50,18 +50,8 @@ func Example() {
 // Publishing the same command again (same boundary, same request id) is a
 // no-op the receipt calls a duplicate.
 func ExampleClient_Leave() {
-	brokers, stop, err := cohortgate()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := client.New(client.Brokers(brokers...))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c, done := connected() // a client of a broker and processor in this process, as in Example
+	defer done()
 
 	at := time.Now().Add(-time.Second)
 	for range 2 {
@@ -83,18 +73,8 @@ func ExampleClient_Leave() {
 
 // Rejoin closes the open leave into the user's history.
 func ExampleClient_Rejoin() {
-	brokers, stop, err := cohortgate()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := client.New(client.Brokers(brokers...))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c, done := connected() // a client of a broker and processor in this process, as in Example
+	defer done()
 
 	left, err := c.Leave(ctx, 8, client.At(time.Now().Add(-time.Minute)))
 	if err != nil {
@@ -121,18 +101,8 @@ func ExampleClient_Rejoin() {
 // A command the processor refuses comes back as a *RefusedError with the
 // DLQ's reason: here a rejoin whose boundary lies before the open leave's.
 func ExampleClient_WaitReceipt() {
-	brokers, stop, err := cohortgate()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := client.New(client.Brokers(brokers...))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c, done := connected() // a client of a broker and processor in this process, as in Example
+	defer done()
 
 	now := time.Now()
 	left, err := c.Leave(ctx, 9, client.At(now))
@@ -158,18 +128,8 @@ func ExampleClient_WaitReceipt() {
 // Status reads a user's latest changelog record; a user the processor
 // never heard of is active.
 func ExampleClient_Status() {
-	brokers, stop, err := cohortgate()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := client.New(client.Brokers(brokers...))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c, done := connected() // a client of a broker and processor in this process, as in Example
+	defer done()
 
 	sent, err := c.Leave(ctx, 10)
 	if err != nil {
@@ -220,4 +180,20 @@ func ExampleKafkaClient() {
 	fmt.Println("partition", sent.Partition, "request_id generated:", sent.Command.RequestID != "")
 	// Output:
 	// partition 4 request_id generated: true
+}
+
+// connected starts a broker and a processor in this process, and returns a
+// client of them with a 30s deadline, or exits; done stops all three.
+func connected() (context.Context, *client.Client, func()) {
+	brokers, stop, err := cohortgate()
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.New(client.Brokers(brokers...))
+	if err != nil {
+		stop()
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return ctx, c, func() { cancel(); c.Close(); stop() }
 }
