@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/cohortgate/cohortgate/pkg/kafkasec"
 	"github.com/cohortgate/cohortgate/topics"
@@ -20,7 +22,7 @@ import (
 type Client struct {
 	cl     *kgo.Client
 	own    bool      // cl was built by New, and Close closes it
-	base   []kgo.Opt // connection options of the readers WaitReceipt and Status make
+	base   []kgo.Opt // how the readers WaitReceipt and Status make connect: cl's connection settings
 	topics topics.Set
 	now    func() time.Time
 
@@ -75,8 +77,8 @@ func KafkaOpts(opts ...kgo.Opt) Opt {
 // Close leaves it open. Its partitioner must place keyed records as
 // Kafka's default does — franz-go's default and StickyKeyPartitioner(nil)
 // do — or publishes fail with a [*MisroutedError]. WaitReceipt and Status
-// read with clients made from its connection options (Opts without its
-// producer, consumer and group options).
+// read with clients of their own made with its connection settings (seed
+// brokers, TLS or dialer, SASL, client id, logger; not its hooks).
 func KafkaClient(cl *kgo.Client) Opt {
 	return opt(func(c *cfg) { c.kafka = cl })
 }
@@ -139,7 +141,7 @@ func New(opts ...Opt) (*Client, error) {
 	cl := &Client{cl: c.kafka, topics: c.topics, now: c.now}
 	cl.mu.partitions = make(map[topics.Topic]int)
 	if c.kafka != nil {
-		cl.base = connOpts(c.kafka.Opts())
+		cl.base = readerOpts(c.kafka)
 		return cl, nil
 	}
 	base := []kgo.Opt{kgo.SeedBrokers(c.brokers...), kgo.ClientID("cohortgate-client")}
@@ -155,24 +157,32 @@ func New(opts ...Opt) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	cl.cl, cl.own, cl.base = k, true, connOpts(base)
+	cl.cl, cl.own, cl.base = k, true, readerOpts(k)
 	return cl, nil
 }
 
-// connOpts keeps the options that say how to connect (seeds, dialer, SASL,
-// client id, hooks, ...) and drops those that make a client a producer, a
-// consumer or a group member, so that a reader made from them consumes
-// only what it is told to.
-func connOpts(opts []kgo.Opt) []kgo.Opt {
-	var out []kgo.Opt
-	for _, o := range opts {
-		switch o.(type) {
-		case kgo.ProducerOpt, kgo.ConsumerOpt, kgo.GroupOpt:
-			continue
-		}
-		out = append(out, o)
+// readerOpts copies how cl connects — seed brokers, TLS or dialer, SASL,
+// client id, logger — and nothing else: a reader made from them consumes
+// only what it is told to, and shares no hooks with cl (a metrics plugin
+// such as kprom is made for one client).
+func readerOpts(cl *kgo.Client) []kgo.Opt {
+	seeds, _ := cl.OptValue(kgo.SeedBrokers).([]string)
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...)}
+	if tc, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config); tc != nil {
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	} else if d, _ := cl.OptValue(kgo.Dialer).(func(context.Context, string, string) (net.Conn, error)); d != nil {
+		opts = append(opts, kgo.Dialer(d))
 	}
-	return out
+	if ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism); len(ms) > 0 {
+		opts = append(opts, kgo.SASL(ms...))
+	}
+	if id, _ := cl.OptValue(kgo.ClientID).(string); id != "" {
+		opts = append(opts, kgo.ClientID(id))
+	}
+	if l, _ := cl.OptValue(kgo.WithLogger).(kgo.Logger); l != nil {
+		opts = append(opts, kgo.WithLogger(l))
+	}
+	return opts
 }
 
 // Close closes the client New built; a caller's client stays open.

@@ -45,7 +45,8 @@
 //
 // [Client.WaitReceipt] reads the changelog (and the DLQ) from the command's
 // record timestamp on — the processor stamps a command's changelog record,
-// and its DLQ copy, with the command's own record timestamp — until the
+// and its DLQ copy, with the command's own record timestamp, so the topics
+// must keep producers' timestamps (CreateTime, Kafka's default) — until the
 // record that follows the command appears. [Client.Status] reads the
 // latest changelog record of a user. Both read with a client of their own,
 // read_committed, made from the same connection settings and closed before

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -61,8 +62,20 @@ func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRec
 	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	from := kgo.NewOffset().AfterMilli(p.Timestamp.UnixMilli())
-	rd, err := c.reader(kgo.ConsumeTopics(string(c.topics.Changelog), string(c.topics.DLQ)), kgo.ConsumeResetOffset(from))
+	offsets := make(map[string]map[int32]kgo.Offset)
+	for _, topic := range []topics.Topic{c.topics.Changelog, c.topics.DLQ} {
+		from, err := c.readFrom(ctx, topic, p.Timestamp)
+		switch {
+		case topic == c.topics.DLQ && errors.Is(err, kerr.TopicAuthorizationFailed):
+			// Read on the DLQ is optional: without it a refusal is not
+			// seen, and the wait ends at the deadline.
+			continue
+		case err != nil:
+			return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
+		}
+		offsets[string(topic)] = from
+	}
+	rd, err := c.reader(kgo.ConsumePartitions(offsets))
 	if err != nil {
 		return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
 	}
@@ -73,14 +86,8 @@ func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRec
 			return topics.MemberRecord{}, fmt.Errorf("client: no receipt for the %s on %s yet (is the processor running?): %w",
 				what, c.topics.Changelog, err)
 		}
-		if topic, err := fetchErr(fetches); err != nil {
-			if topic == string(c.topics.DLQ) && errors.Is(err, kerr.TopicAuthorizationFailed) {
-				// Read on the DLQ is optional: without it a refusal
-				// is not seen, and the wait ends at the deadline.
-				rd.PurgeTopicsFromConsuming(string(c.topics.DLQ))
-				continue
-			}
-			return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: reading %s and %s: %w", what, c.topics.Changelog, c.topics.DLQ, err)
+		if err := fetchErr(fetches); err != nil {
+			return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
 		}
 		var found *topics.MemberRecord
 		var refused *RefusedError
@@ -104,6 +111,50 @@ func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRec
 			return topics.MemberRecord{}, refused
 		}
 	}
+}
+
+// readFrom returns, for each partition of topic, an offset at or below
+// that of every record stamped at or after t, however the records' writes
+// and transactions interleave with the two requests it makes.
+//
+// It lists the end offsets (high watermarks) first, at t0, and then the
+// first offsets stamped at or after t, at t1 (both read_uncommitted, so
+// records in open transactions count). A record stamped at or after t that
+// was below the high watermark at t1 is at or after the second answer; one
+// that was not is at or after the high watermark at t1, which is at or
+// after the first answer. The minimum of the two is at or below both.
+// (Listing by time under read_committed, or the end after the time,
+// leaves a gap: a transaction that commits between the two requests.)
+func (c *Client) readFrom(ctx context.Context, topic topics.Topic, t time.Time) (map[int32]kgo.Offset, error) {
+	adm := kadm.NewClient(c.cl)
+	ends, err := adm.ListEndOffsets(ctx, string(topic))
+	if err != nil {
+		return nil, fmt.Errorf("listing the end offsets of %s: %w", topic, err)
+	}
+	after, err := adm.ListOffsetsAfterMilli(ctx, t.UnixMilli(), string(topic))
+	if err != nil {
+		return nil, fmt.Errorf("listing the offsets of %s after %s: %w", topic, t.UTC().Format(time.RFC3339Nano), err)
+	}
+	from := make(map[int32]kgo.Offset)
+	var errs []error
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Err != nil {
+			errs = append(errs, fmt.Errorf("%s partition %d: %w", topic, e.Partition, e.Err))
+			return
+		}
+		o := e.Offset
+		if a, ok := after.Lookup(string(topic), e.Partition); ok && a.Err == nil && a.Offset < o {
+			o = a.Offset
+		}
+		from[e.Partition] = kgo.NewOffset().At(o)
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(from) == 0 {
+		return nil, fmt.Errorf("topic %s has no partitions (does it exist? the processor creates it at start)", topic)
+	}
+	return from, nil
 }
 
 // follows reports whether changelog record r follows cmd, and decodes it.
@@ -142,17 +193,18 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, DefaultWait)
 }
 
-// fetchErr returns the first error of fetches, and its topic, that is not
-// the reader being stopped or an informational data-loss notice.
-func fetchErr(fetches kgo.Fetches) (topic string, err error) {
-	fetches.EachError(func(t string, part int32, e error) {
+// fetchErr returns the first error of fetches that is not the reader
+// being stopped or an informational data-loss notice.
+func fetchErr(fetches kgo.Fetches) error {
+	var first error
+	fetches.EachError(func(topic string, part int32, err error) {
 		var loss *kgo.ErrDataLoss
 		switch {
-		case err != nil, errors.Is(e, context.Canceled), errors.Is(e, context.DeadlineExceeded),
-			errors.Is(e, kgo.ErrClientClosed), errors.As(e, &loss):
+		case first != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+			errors.Is(err, kgo.ErrClientClosed), errors.As(err, &loss):
 			return
 		}
-		topic, err = t, fmt.Errorf("%s partition %d: %w", t, part, e)
+		first = fmt.Errorf("%s partition %d: %w", topic, part, err)
 	})
-	return topic, err
+	return first
 }

@@ -51,7 +51,7 @@ func (c *Client) Status(ctx context.Context, userID uint64) (topics.MemberRecord
 		if err := ctx.Err(); err != nil {
 			return latest, fmt.Errorf("client: status of user %d: %s partition %d not read to offset %d: %w", userID, topic, part, end, err)
 		}
-		if _, err := fetchErr(fetches); err != nil {
+		if err := fetchErr(fetches); err != nil {
 			return latest, fmt.Errorf("client: status of user %d: reading %s partition %d: %w", userID, topic, part, err)
 		}
 		var decodeErr error
