@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/topics"
@@ -44,8 +43,8 @@ func (e *RefusedError) Unwrap() error { return &topics.Error{Reason: e.Reason, D
 // receipt (when it took effect in the gate, from which signals offset).
 // A command the processor dead-lettered returns a [*RefusedError].
 //
-// It reads the changelog and the DLQ from p.Timestamp on, read_committed,
-// and matches the changelog record by user, op and request_id, and the
+// It reads the changelog and, where it may, the DLQ from p.Timestamp on,
+// read_committed, and matches the changelog record by user, op and request_id, and the
 // DLQ record by its source topic, partition and offset. For a command
 // published elsewhere, fill p's Command (UserID, Op, RequestID), Topic,
 // Partition, Offset and Timestamp as Kafka acknowledged them.
@@ -66,9 +65,10 @@ func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRec
 	for _, topic := range []topics.Topic{c.topics.Changelog, c.topics.DLQ} {
 		from, err := c.readFrom(ctx, topic, p.Timestamp)
 		switch {
-		case topic == c.topics.DLQ && errors.Is(err, kerr.TopicAuthorizationFailed):
-			// Read on the DLQ is optional: without it a refusal is not
-			// seen, and the wait ends at the deadline.
+		case topic == c.topics.DLQ && err != nil:
+			// The DLQ only makes a refusal known sooner: without Read
+			// on it (or with a DLQ of another name than Topics says), a
+			// refusal is not seen, and the wait ends at the deadline.
 			continue
 		case err != nil:
 			return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
