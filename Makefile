@@ -8,7 +8,7 @@ KAFKA     := bash integration/kafka/kafka.sh
 # Tests against a real broker read its address from here.
 KAFKA_BROKERS ?= 127.0.0.1:9092
 
-.PHONY: build run test test-kafka kafka-start kafka-stop bench fuzz lint clean
+.PHONY: build run test test-kafka kafka-start kafka-stop bench fuzz lint clean examples promtool image image-context
 
 build:
 	$(GO) build -o $(BIN) ./cmd/processor
@@ -69,7 +69,38 @@ lint:
 	$(GO) tool staticcheck ./...
 
 clean:
-	rm -rf bin cohortgate-data
+	rm -rf bin cohortgate-data examples/java/target
+
+# The example producers of examples/ (EXAMPLES: python, java or both)
+# against the processor's embedded broker on 127.0.0.1:19092: each leave's
+# receipt must reach the changelog. Needs python3 with confluent-kafka
+# (pip install confluent-kafka), and for java a JDK and Maven.
+EXAMPLES ?= python java
+
+examples: build
+	bash examples/check.sh $(EXAMPLES)
+
+# The OCI image of deploy/Dockerfile: a static binary (CGO_ENABLED=0) on
+# an empty base, built from bin/image with no network and no base image.
+# OCI is the builder: docker build, buildah bud, podman build.
+IMAGE ?= cohortgate:dev
+OCI   ?= docker build
+GOARCH_IMAGE ?= $(shell $(GO) env GOARCH)
+
+image-context:
+	rm -rf bin/image && mkdir -p bin/image/data
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMAGE) $(GO) build -trimpath -ldflags='-s -w' -o bin/image/processor ./cmd/processor
+	cp /etc/ssl/certs/ca-certificates.crt bin/image/
+	cp deploy/Dockerfile bin/image/
+
+image: image-context
+	$(OCI) -t $(IMAGE) bin/image
+
+# The alert rules, by Prometheus's own tool (Debian: apt-get install
+# prometheus): they load, and each alert's unit tests pass.
+promtool:
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
 
 # The chaos harness (cmd/chaos, see its package comment): the processor
 # binary under kill -9, scale 1 → 3 → 1, SIGSTOP past the session timeout

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,168 +11,149 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
+	"github.com/cohortgate/cohortgate/pkg/client"
 	"github.com/cohortgate/cohortgate/pkg/kafkasec"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
+// kafkaFlags are how `processor leave|rejoin|status` reach Kafka.
+type kafkaFlags struct {
+	brokers  string
+	topics   topicFlags
+	security kafkasec.Config
+}
+
+// register defines the topic and security flags; --brokers is each
+// command's own, for its default differs.
+func (k *kafkaFlags) register(f *flags) {
+	k.topics.register(f)
+	k.security.RegisterFlags(f.FlagSet)
+}
+
+// client checks the connection settings against the brokers, so that a
+// wrong TLS or SASL setting names its likely cause instead of surfacing
+// as a bare EOF after --timeout, and returns a client with them.
+func (k *kafkaFlags) client(ctx context.Context) (*client.Client, error) {
+	if err := k.security.Validate(); err != nil {
+		return nil, err
+	}
+	seeds := splitList(k.brokers)
+	if err := k.security.Check(ctx, seeds); err != nil {
+		return nil, err
+	}
+	c, err := client.New(client.Brokers(seeds...), client.Security(k.security), client.Topics(k.topics.set()))
+	if err != nil {
+		return nil, fmt.Errorf("--brokers %s: %w", k.brokers, err)
+	}
+	return c, nil
+}
+
 // commandOptions are the flags of `processor leave` and `processor rejoin`.
 type commandOptions struct {
-	brokers   string
-	topics    topicFlags
+	kafkaFlags
 	user      string
 	atNs      string
 	requestID string
 	wait      bool
 	timeout   time.Duration
-	security  kafkasec.Config
 }
 
-// publish is `processor leave` and `processor rejoin`: it publishes one
-// command, keyed by the user id with Kafka's default partitioner, and with
-// --wait returns only once the processor's receipt is on the changelog.
+// publish is `processor leave` and `processor rejoin`, a thin wrapper of
+// pkg/client: it publishes one command, keyed by the user id with Kafka's
+// default partitioner, and with --wait returns only once the processor's
+// receipt is on the changelog.
 func publish(ctx context.Context, op topics.Op, args []string, stdout, stderr io.Writer) error {
 	o := &commandOptions{}
 	f := newFlags(op.String(), fmt.Sprintf("Publish a %s command for one user to the commands topic.", op), stderr)
 	f.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers (host:port)")
-	o.topics.register(f)
+	o.kafkaFlags.register(f)
 	f.StringVar(&o.user, "user", "", "user id, a decimal u64 (required)")
 	f.StringVar(&o.atNs, "at-ns", "", "boundary in ns since the Unix epoch; empty: the record timestamp stands in")
 	f.StringVar(&o.requestID, "request-id", "", "echoed into the changelog; empty: a random one")
 	f.BoolVar(&o.wait, "wait", false, "wait for the processor's receipt on the changelog and print it")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the broker (and, with --wait, the receipt)")
-	o.security.RegisterFlags(f.FlagSet)
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if err := o.security.Validate(); err != nil {
-		return err
-	}
-	cmd, err := o.command(op)
+	user, cmdOpts, err := o.command()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	brokers := splitList(o.brokers)
-	// A wrong TLS or SASL setting names its likely cause here instead of
-	// surfacing as a bare EOF after --timeout.
-	if err := o.security.Check(ctx, brokers); err != nil {
-		return err
-	}
-	secOpts, err := o.security.Opts()
+	c, err := o.client(ctx)
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(append(secOpts, kgo.SeedBrokers(brokers...))...)
-	if err != nil {
-		return fmt.Errorf("--brokers: %w", err)
-	}
-	defer cl.Close()
+	defer c.Close()
 
-	var since map[int32]int64
-	if o.wait {
-		if since, err = endOffsets(ctx, cl, o.topics.changelog); err != nil {
-			return err
-		}
+	send := c.Leave
+	if op == topics.Rejoin {
+		send = c.Rejoin
 	}
-	key := topics.AppendUserID(nil, cmd.UserID)
-	rec := &kgo.Record{Topic: o.topics.commands, Key: key, Value: topics.AppendCommand(nil, cmd)}
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("unable to publish to %s via %s: %w", o.topics.commands, o.brokers, err)
+	p, err := send(ctx, user, cmdOpts...)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "published %s of user %d (request_id %s) to %s partition %d offset %d\n",
-		op, cmd.UserID, cmd.RequestID, rec.Topic, rec.Partition, rec.Offset)
+		op, user, p.Command.RequestID, p.Topic, p.Partition, p.Offset)
 	if !o.wait {
 		return nil
 	}
-	return waitReceipt(ctx, cl, o.topics.changelog, since, cmd, stdout)
+	rec, err := c.WaitReceipt(ctx, p)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "receipt (%s):\n", o.topics.changelog)
+	return printRecord(stdout, rec)
 }
 
-func (o *commandOptions) command(op topics.Op) (topics.Command, error) {
+func (o *commandOptions) command() (uint64, []client.CommandOpt, error) {
 	var errs []error
 	user, err := topics.ParseUserID([]byte(o.user))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--user %q: want a decimal user id, e.g. --user=42", o.user))
 	}
-	cmd := topics.Command{Op: op, UserID: user, RequestID: o.requestID}
+	opts := []client.CommandOpt{client.RequestID(o.requestID)}
 	if o.atNs != "" {
-		at, err := strconv.ParseUint(o.atNs, 10, 64)
-		if err != nil {
+		at, err := strconv.ParseInt(o.atNs, 10, 64)
+		if err != nil || at < 0 {
 			errs = append(errs, fmt.Errorf("--at-ns %q: want nanoseconds since the Unix epoch, e.g. --at-ns=%d", o.atNs, time.Now().UnixNano()))
 		}
-		cmd.AtNs, cmd.HasAt = at, true
+		opts = append(opts, client.At(time.Unix(0, at)))
 	}
 	if o.timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--timeout %v: must be positive", o.timeout))
 	}
-	if cmd.RequestID == "" {
-		var raw [8]byte
-		_, _ = rand.Read(raw[:])
-		cmd.RequestID = hex.EncodeToString(raw[:])
-	}
-	return cmd, errors.Join(errs...)
+	return user, opts, errors.Join(errs...)
 }
 
-func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
-	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("unable to list %s: %w", topic, err)
+// printRecord prints a changelog record as the HTTP API does: indented
+// JSON.
+func printRecord(w io.Writer, rec topics.MemberRecord) error {
+	var out bytes.Buffer
+	if err := json.Indent(&out, topics.AppendMemberRecord(nil, rec), "", "  "); err != nil {
+		return err
 	}
-	out := make(map[int32]int64)
-	var lerr error
-	listed.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			lerr = fmt.Errorf("topic %s: %w (is the processor running? it creates the topic)", topic, o.Err)
-			return
-		}
-		out[o.Partition] = o.Offset
-	})
-	return out, lerr
+	out.WriteByte('\n')
+	_, err := w.Write(out.Bytes())
+	return err
 }
 
-// waitReceipt reads the changelog from the offsets seen before publishing
-// until the record of cmd's request id appears, and prints it.
-func waitReceipt(ctx context.Context, cl *kgo.Client, topic string, since map[int32]int64, cmd topics.Command, stdout io.Writer) error {
-	start := make(map[int32]kgo.Offset, len(since))
-	for p, o := range since {
-		start[p] = kgo.NewOffset().At(o)
-	}
-	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: start})
-	for {
-		fetches := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("no receipt for request_id %s on %s yet: %w (is the processor running?)", cmd.RequestID, topic, err)
-		}
-		var found *kgo.Record
-		fetches.EachRecord(func(r *kgo.Record) {
-			if found != nil {
-				return
-			}
-			rec, err := topics.DecodeMemberRecord(r.Value)
-			if err == nil && rec.UserID == cmd.UserID && rec.Command != nil && rec.Command.RequestID == cmd.RequestID {
-				found = r
-			}
-		})
-		if found != nil {
-			var out bytes.Buffer
-			if err := json.Indent(&out, found.Value, "", "  "); err != nil {
-				out.Write(found.Value)
-			}
-			fmt.Fprintf(stdout, "receipt (%s partition %d offset %d):\n%s\n", topic, found.Partition, found.Offset, out.String())
-			return nil
-		}
-	}
-}
-
-// status is `processor status`: it asks a running processor over HTTP.
+// status is `processor status`: it asks a running processor over HTTP or,
+// with --brokers, reads the user's latest changelog record through
+// pkg/client.
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var addr, user string
-	f := newFlags("status", "Print a user's membership record as the running processor knows it.", stderr)
+	var k kafkaFlags
+	var timeout time.Duration
+	f := newFlags("status", "Print a user's membership record: as the running processor at --http-addr knows it or,\n"+
+		"with --brokers, as the user's latest changelog record says.", stderr)
 	f.StringVar(&addr, "http-addr", "127.0.0.1:8080", "HTTP address of the running processor")
 	f.StringVar(&user, "user", "", "user id, a decimal u64 (required)")
+	f.StringVar(&k.brokers, "brokers", "", "comma-separated seed brokers (host:port); set: read the changelog instead of asking --http-addr")
+	k.register(f)
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the processor or the brokers")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -182,8 +161,28 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("--user %q: want a decimal user id, e.g. --user=42", user)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if timeout <= 0 {
+		return fmt.Errorf("--timeout %v: must be positive", timeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if k.brokers == "" {
+		return statusHTTP(ctx, addr, id, stdout)
+	}
+	c, err := k.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rec, err := c.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	return printRecord(stdout, rec)
+}
+
+// statusHTTP asks the processor at addr for the user's record.
+func statusHTTP(ctx context.Context, addr string, id uint64, stdout io.Writer) error {
 	url := fmt.Sprintf("http://%s/v1/members/%d", addr, id)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

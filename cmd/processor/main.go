@@ -7,7 +7,7 @@
 //	processor [run] [flags]          run the processor (the default)
 //	processor leave --user N         publish a leave command
 //	processor rejoin --user N        publish a rejoin command
-//	processor status --user N        ask the running processor for a user's record
+//	processor status --user N        a user's record, from the running processor (or, with --brokers, the changelog)
 //
 // Every flag has an environment equivalent: --data-dir is COHORTGATE_DATA_DIR.
 package main
