@@ -52,6 +52,7 @@ type Processor struct {
 	cmds                *kgo.Client  // commands consumer, owned by Run
 	recov               *kgo.Client  // changelog reader of window recovery, owned by Run
 	adm                 *kadm.Client // admin and offsets, owned by Run
+	admCl               *kgo.Client  // adm's client, for requests kadm makes heavier (see listEnds)
 
 	restored  atomic.Bool
 	started   atomic.Bool // topics checked, clients running

@@ -46,7 +46,7 @@ func (p *Processor) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("unable to create admin client: %w", err)
 	}
-	p.adm = kadm.NewClient(admCl)
+	p.admCl, p.adm = admCl, kadm.NewClient(admCl)
 	details, err := ensureTopics(ctx, p.adm, p.cfg, p.log)
 	if err != nil {
 		p.adm.Close()

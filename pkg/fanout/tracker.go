@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // CommandsGapError halts the processor: commands of a partition cannot be
@@ -76,13 +76,25 @@ func (p *Processor) track(ctx context.Context) error {
 			before[i] = c.applied.Load()
 		}
 		sent := p.cfg.Now().UnixNano()
-		ends, stable, err := p.listCommandEnds(ctx, topic)
+		parts := make([]int32, len(cs))
+		for i, c := range cs {
+			parts[i] = c.partition
+		}
+		isolation := isolationUncommitted // the high watermark
+		if p.cfg.UnsafeObserveLSO {
+			isolation = isolationCommitted
+		}
+		ends, err := p.listEnds(ctx, topic, parts, isolation)
 		if err != nil {
+			if fatal := notAuthorized("listing "+topic+" end offsets", err); fatal != nil {
+				return fatal
+			}
 			if ctx.Err() == nil {
 				p.log.Warn("unable to observe commands end offsets", "err", err)
 			}
 			continue
 		}
+		var behind []int32 // partitions that may be held by an open transaction
 		for i, c := range cs {
 			end, ok := ends[c.partition]
 			if !ok {
@@ -97,41 +109,84 @@ func (p *Processor) track(ctx context.Context) error {
 				return &CommandsGapError{Topic: topic, Partition: c.partition, Next: next, End: end}
 			}
 			p.markCaughtUp(c)
+			if before[i] < end {
+				behind = append(behind, c.partition)
+			} else {
+				p.noteOpenTxn(c, end, end, before[i], sent)
+			}
+		}
+		if len(behind) == 0 {
+			continue
+		}
+		// Only a partition whose commands are behind its high watermark
+		// can be held by an open transaction: its last stable offset
+		// says whether it is.
+		stable, err := p.listEnds(ctx, topic, behind, isolationCommitted)
+		if err != nil {
+			continue // observed again next tick
+		}
+		for i, c := range cs {
 			if lso, ok := stable[c.partition]; ok {
-				p.noteOpenTxn(c, lso, end, before[i], sent)
+				p.noteOpenTxn(c, lso, ends[c.partition], before[i], sent)
 			}
 		}
 	}
 }
 
-// listCommandEnds lists the high watermark and the last stable offset of
-// every commands partition. With UnsafeObserveLSO the last stable offset
-// stands for both.
-func (p *Processor) listCommandEnds(ctx context.Context, topic string) (ends, stable map[int32]int64, err error) {
-	lsos, err := p.adm.ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		return nil, nil, err
+// Isolation levels of a ListOffsets request: read_uncommitted lists the
+// high watermark, read_committed the last stable offset.
+const (
+	isolationUncommitted int8 = 0
+	isolationCommitted   int8 = 1
+)
+
+// listEnds lists the end offsets of topic's partitions parts at the given
+// isolation level. It sends one ListOffsets request to each partition
+// leader and no metadata request, unlike kadm's listings: the tracker asks
+// every AlignInterval, and a broker answers a metadata request for every
+// listing otherwise. A partition that reports an error is left out; an
+// authorization failure is returned.
+func (p *Processor) listEnds(ctx context.Context, topic string, parts []int32, isolation int8) (map[int32]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = isolation
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for _, part := range parts {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = part
+		rp.Timestamp = -1 // the end
+		rt.Partitions = append(rt.Partitions, rp)
 	}
-	stable = make(map[int32]int64)
-	lsos.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil {
-			stable[o.Partition] = o.Offset
+	req.Topics = append(req.Topics, rt)
+	out := make(map[int32]int64, len(parts))
+	var firstErr error
+	for _, shard := range p.admCl.RequestSharded(ctx, req) {
+		if shard.Err != nil {
+			if firstErr == nil {
+				firstErr = shard.Err
+			}
+			continue
 		}
-	})
-	if p.cfg.UnsafeObserveLSO {
-		return stable, stable, nil
-	}
-	hwms, err := p.adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, nil, err
-	}
-	ends = make(map[int32]int64)
-	hwms.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil {
-			ends[o.Partition] = o.Offset
+		for _, t := range shard.Resp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, rp := range t.Partitions {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					if isAuthzFailure(err) && firstErr == nil {
+						firstErr = err
+					}
+					continue
+				}
+				out[rp.Partition] = rp.Offset
+			}
 		}
-	})
-	return ends, stable, nil
+	}
+	if len(out) == 0 && firstErr != nil {
+		return nil, firstErr
+	}
+	if firstErr != nil && isAuthzFailure(firstErr) {
+		return nil, firstErr
+	}
+	return out, nil
 }
 
 // openTxnWarnEvery is how often a partition still held by an open
