@@ -89,6 +89,9 @@ func (l *loop) run(ctx context.Context) error {
 				return err
 			}
 		}
+		if ctx.Err() != nil {
+			l.drainLast(work)
+		}
 		if err := l.end(work); err != nil {
 			return err
 		}
@@ -97,6 +100,24 @@ func (l *loop) run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// shutdownDrainWait bounds how long the last cycle waits for the commands
+// side to stop.
+const shutdownDrainWait = 5 * time.Second
+
+// drainLast puts what the commands side applied before it stopped into the
+// last cycle: a stop finishes in-flight work, and a changelog record (a
+// late-leave window, say) left in the outbox would otherwise wait for this
+// instance's next start, while the next owner of its partition, judging
+// from the offsets' metadata, does not write it.
+func (l *loop) drainLast(ctx context.Context) {
+	select {
+	case <-l.p.applierDone:
+	case <-time.After(shutdownDrainWait):
+		l.p.log.Warn("the commands side did not stop in time; its last records go out at the next start")
+	}
+	l.drainOutbox(ctx)
 }
 
 // step polls once and decides what it can.

@@ -54,6 +54,10 @@ type Processor struct {
 	adm                 *kadm.Client // admin and offsets, owned by Run
 	admCl               *kgo.Client  // adm's client, for requests kadm makes heavier (see listEnds)
 
+	// applierDone is closed when the commands side has exited: on
+	// shutdown the signals side then drains the outbox one last time.
+	applierDone <-chan struct{}
+
 	restored  atomic.Bool
 	started   atomic.Bool // topics checked, clients running
 	held      atomic.Int64
@@ -210,7 +214,12 @@ func (p *Processor) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	run("commands", (&applier{p: p, cl: p.cmds, kp: newKeyPartition()}).run)
+	applierDone := make(chan struct{})
+	p.applierDone = applierDone
+	run("commands", func(ctx context.Context) error {
+		defer close(applierDone)
+		return (&applier{p: p, cl: p.cmds, kp: newKeyPartition()}).run(ctx)
+	})
 	run("alignment", p.track)
 	p.started.Store(true)
 	err := p.signals(ctx)
