@@ -52,6 +52,11 @@ type loop struct {
 	// passNs is the wall clock, in Unix ns, read once per decideAll pass.
 	passNs int64
 
+	// settledRefused are the inputs of this cycle that had been refused
+	// before and were settled otherwise: their refusals are forgotten once
+	// the cycle commits.
+	settledRefused []*kgo.Record
+
 	// refusedOutbox holds the outbox entries (by sequence number) the
 	// broker refused, written by promises, read when the entries are
 	// produced again: see poison.go.
@@ -250,6 +255,9 @@ func (l *loop) decideAll(ctx context.Context) {
 func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int64, known bool) bool {
 	r, c := h.r, ln.c
 	rfl, refused := l.p.refused.take(r)
+	if refused {
+		l.settledRefused = append(l.settledRefused, r)
+	}
 	switch {
 	case refused && rfl.deadLetter:
 		l.p.log.Warn("DLQ copy refused by the broker; dead-lettering a minimal copy", "topic", r.Topic,
@@ -522,10 +530,13 @@ func (l *loop) end(ctx context.Context) error {
 		// processed again by their next owner (at least once).
 		l.p.m.txns.WithLabelValues(outcomeAbort).Inc()
 		l.p.log.Warn("offset commit failed; signals will be processed again", "err", err)
+		l.p.refused.forget(l.settledRefused)
+		l.settledRefused = l.settledRefused[:0]
 		l.delivered()
 		return nil
 	case err != nil:
 		l.p.m.txns.WithLabelValues(outcomeUnsure).Inc()
+		l.settledRefused = l.settledRefused[:0]
 		l.p.outbox.putBack(l.inflight)
 		l.inflight = l.inflight[:0]
 		return fmt.Errorf("%w: %v", errReplaceSession, err)
@@ -537,10 +548,13 @@ func (l *loop) end(ctx context.Context) error {
 		for _, ln := range l.lanes {
 			ln.c.fwd.takeBack(ln.mark) // not forwarded: decided again
 		}
+		l.settledRefused = l.settledRefused[:0] // decided again, refusals kept
 		l.rewind()
 		return nil
 	}
 	l.p.m.txns.WithLabelValues(outcomeCommit).Inc()
+	l.p.refused.forget(l.settledRefused)
+	l.settledRefused = l.settledRefused[:0]
 	for p, ln := range l.lanes {
 		if ps, ok := pos[p]; ok {
 			ln.committedMeta = ps.meta

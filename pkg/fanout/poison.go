@@ -129,27 +129,41 @@ func (rf *refusals) add(out *kgo.Record, err error) {
 // to learn whether it is the one a broker refuses.
 type producedAlone struct{ context.Context }
 
-// take returns the refusal of input r and forgets it; ok is false when
-// there is none.
+// take returns the refusal of input r; ok is false when there is none. The
+// refusal is kept until forget: the cycle that settles r otherwise may
+// still abort (for another record), and r is then decided again.
 func (rf *refusals) take(r *kgo.Record) (rfl refusal, ok bool) {
 	if rf.n.Load() == 0 {
 		return refusal{}, false
 	}
 	rf.mu.Lock()
 	defer rf.mu.Unlock()
-	src := source{r.Topic, r.Partition, r.Offset}
-	if rfl, ok := rf.mu.bySource[src]; ok {
-		delete(rf.mu.bySource, src)
-		rf.n.Add(-1)
+	if rfl, ok := rf.mu.bySource[source{r.Topic, r.Partition, r.Offset}]; ok {
 		return rfl, true
 	}
-	c := contentOf(r)
-	if rfl, ok := rf.mu.byContent[c]; ok {
-		delete(rf.mu.byContent, c)
-		rf.n.Add(-1)
-		return rfl, true
+	rfl, ok = rf.mu.byContent[contentOf(r)]
+	return rfl, ok
+}
+
+// forget drops the refusals of inputs rs, settled in a committed cycle.
+func (rf *refusals) forget(rs []*kgo.Record) {
+	if len(rs) == 0 {
+		return
 	}
-	return refusal{}, false
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	for _, r := range rs {
+		src := source{r.Topic, r.Partition, r.Offset}
+		if _, ok := rf.mu.bySource[src]; ok {
+			delete(rf.mu.bySource, src)
+			rf.n.Add(-1)
+		}
+		c := contentOf(r)
+		if _, ok := rf.mu.byContent[c]; ok {
+			delete(rf.mu.byContent, c)
+			rf.n.Add(-1)
+		}
+	}
 }
 
 // sourceOf reads the source headers of a DLQ copy.

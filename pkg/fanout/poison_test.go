@@ -25,19 +25,25 @@ func TestRefusals(t *testing.T) {
 	if !ok || rfl.deadLetter || rfl.alone || !errors.Is(rfl.err, kerr.InvalidTimestamp) {
 		t.Fatalf("after a refused forward: %+v, %v", rfl, ok)
 	}
+	if _, ok := rf.take(in); !ok {
+		t.Fatal("a refusal is kept until its input is settled for good")
+	}
+	rf.forget([]*kgo.Record{in})
 	if _, ok := rf.take(in); ok {
-		t.Fatal("a refusal is taken once")
+		t.Fatal("a refusal after forget")
 	}
 	alone := &kgo.Record{Topic: "cohort", Key: in.Key, Value: in.Value, Timestamp: in.Timestamp, Context: producedAlone{}}
 	rf.add(alone, kerr.InvalidTimestamp)
 	if rfl, ok := rf.take(in); !ok || !rfl.alone {
 		t.Fatalf("after a refused forward produced alone: %+v, %v", rfl, ok)
 	}
+	rf.forget([]*kgo.Record{in})
 	dl := deadLetterRecord("dlq", 1<<20, in, topics.ReasonKeyNotDecimal, errors.New("x"))
 	rf.add(dl, kerr.MessageTooLarge)
 	if rfl, ok := rf.take(in); !ok || !rfl.deadLetter || refusalReason(rfl.err) != topics.ReasonRecordTooLarge {
 		t.Fatalf("after a refused DLQ copy: %+v, %v", rfl, ok)
 	}
+	rf.forget([]*kgo.Record{in})
 	if rf.n.Load() != 0 {
 		t.Fatalf("%d refusals left", rf.n.Load())
 	}
