@@ -290,7 +290,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ReplicationFactor:      int16(o.replication),
 		ExactlyOnce:            o.exactlyOnce,
 		TransactionalID:        txnID,
-		Grace:                  o.grace,
+		Grace:                  graceOf(o.grace),
 		MaxFutureSkew:          o.maxFutureSkew,
 		AlignInterval:          o.alignInterval,
 		CommitInterval:         o.commitInterval,
@@ -387,4 +387,13 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// graceOf is fanout's Grace for --grace: 0 on the command line means no
+// grace, where a zero Config.Grace means the default.
+func graceOf(d time.Duration) time.Duration {
+	if d == 0 {
+		return fanout.NoGrace
+	}
+	return d
 }

@@ -23,7 +23,7 @@ func changelogOf(m membership.Member, note topics.Note) topics.MemberRecord {
 		cl.History = append(cl.History, topics.Episode{LeftAtNs: e.LeftAtNs, RejoinedAtNs: e.RejoinedAtNs})
 	}
 	for _, w := range m.LateLeaves {
-		cl.LateLeaves = append(cl.LateLeaves, topics.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ThroughNs, Exact: w.Exact})
+		cl.LateLeaves = append(cl.LateLeaves, topics.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ForwardedThroughNs, Exact: w.Exact})
 	}
 	return cl
 }

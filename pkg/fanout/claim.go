@@ -190,13 +190,13 @@ func (c *claim) lateWindow(offset int64, left, end uint64, fwd fwdResult) (membe
 		if !fwd.found {
 			return membership.LateLeave{}, false
 		}
-		return membership.LateLeave{LeftAtNs: left, ThroughNs: uint64(fwd.latest), Exact: true}, true
+		return membership.LateLeave{LeftAtNs: left, ForwardedThroughNs: uint64(fwd.latest), Exact: true}, true
 	}
 	seen := c.maxEventNs.Load()
 	if seen < 0 || uint64(seen) < left {
 		return membership.LateLeave{}, false
 	}
-	return membership.LateLeave{LeftAtNs: left, ThroughNs: min(uint64(seen), end-1)}, true
+	return membership.LateLeave{LeftAtNs: left, ForwardedThroughNs: min(uint64(seen), end-1)}, true
 }
 
 // fwdResult is what forwarded.latest found.

@@ -32,15 +32,15 @@ func TestClaimLateWindow(t *testing.T) {
 	}{
 		{"nothing decided yet", -1, -1, 0, 5, 100, open, none, membership.LateLeave{}},
 		{"nothing of the user forwarded", 200, -1, 0, 5, 150, open, none, membership.LateLeave{}},
-		{"the user's latest forwarded signal", 200, -1, 0, 5, 150, open, exact(170), membership.LateLeave{LeftAtNs: 150, ThroughNs: 170, Exact: true}},
+		{"the user's latest forwarded signal", 200, -1, 0, 5, 150, open, exact(170), membership.LateLeave{LeftAtNs: 150, ForwardedThroughNs: 170, Exact: true}},
 		{"replayed: the previous owner applied it", 200, 190, 40, 39, 150, open, exact(170), membership.LateLeave{}},
 		{"an empty episode holds nothing", 200, -1, 0, 5, 150, 150, exact(170), membership.LateLeave{}},
 		{"a previous owner decided after the boundary", 200, 180, 40, 40, 150, open, exact(170),
-			membership.LateLeave{LeftAtNs: 150, ThroughNs: 200}},
-		{"the record does not reach back", 200, -1, 0, 5, 150, open, unknown, membership.LateLeave{LeftAtNs: 150, ThroughNs: 200}},
-		{"bounded by the episode's end", 200, 180, 0, 5, 150, 160, unknown, membership.LateLeave{LeftAtNs: 150, ThroughNs: 159}},
+			membership.LateLeave{LeftAtNs: 150, ForwardedThroughNs: 200}},
+		{"the record does not reach back", 200, -1, 0, 5, 150, open, unknown, membership.LateLeave{LeftAtNs: 150, ForwardedThroughNs: 200}},
+		{"bounded by the episode's end", 200, 180, 0, 5, 150, 160, unknown, membership.LateLeave{LeftAtNs: 150, ForwardedThroughNs: 159}},
 		{"boundary after everything decided, unknown record", 200, 180, 0, 5, 201, open, unknown, membership.LateLeave{}},
-		{"boundary after what previous owners decided", 200, 149, 0, 5, 150, open, exact(151), membership.LateLeave{LeftAtNs: 150, ThroughNs: 151, Exact: true}},
+		{"boundary after what previous owners decided", 200, 149, 0, 5, 150, open, exact(151), membership.LateLeave{LeftAtNs: 150, ForwardedThroughNs: 151, Exact: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClaim(0, 0, 0, 8)

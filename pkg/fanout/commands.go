@@ -361,8 +361,8 @@ func (a *applier) judge(ctx context.Context, b *membership.Batch, ac *appliedCmd
 	a.p.m.lateLeaves.Inc()
 	a.p.log.Warn("late leave: signals of the user at or after the boundary were forwarded",
 		"partition", ac.c.partition, "offset", ac.r.Offset,
-		"left_at_ns", w.LeftAtNs, "forwarded_through_ns", w.ThroughNs, "exact", w.Exact,
-		"window", time.Duration(w.ThroughNs-w.LeftAtNs).String())
+		"left_at_ns", w.LeftAtNs, "forwarded_through_ns", w.ForwardedThroughNs, "exact", w.Exact,
+		"window", time.Duration(w.ForwardedThroughNs-w.LeftAtNs).String())
 	return b.RecordLateLeave(user, w)
 }
 

@@ -47,8 +47,9 @@ type Config struct {
 	// Grace is how long after a signal's event time a leave or rejoin with
 	// an earlier boundary may still arrive and be honoured. A signal with
 	// event time t is forwarded only once the commands of its partition are
-	// known complete up to wall-clock t+Grace. Default 2s. Zero is allowed:
-	// commands acknowledged before the signal's event time are honoured.
+	// known complete up to wall-clock t+Grace. Zero means DefaultGrace (2s);
+	// NoGrace asks for none, and then only commands acknowledged before
+	// the signal's event time are honoured.
 	Grace time.Duration
 	// MaxFutureSkew bounds how far a signal's event time may lie ahead of
 	// this processor's clock, and how far a command's boundary may lie
@@ -120,9 +121,16 @@ const (
 	DefaultMaxPollRecords = 10000
 )
 
-// EnsureDefaults fills zero fields with their defaults and returns c.
-// Grace is left alone: zero is a meaningful setting. A negative
-// ReplicationFactor stays -1; zero becomes -1.
+// NoGrace, as Config.Grace, asks for no grace at all: a signal waits only
+// for the commands acknowledged before its event time. (A zero Grace is the
+// default, DefaultGrace.)
+const NoGrace time.Duration = -1
+
+// grace is the grace in force: Grace, or zero for NoGrace.
+func (c *Config) grace() time.Duration { return max(c.Grace, 0) }
+
+// EnsureDefaults fills zero fields with their defaults and returns c. A
+// negative ReplicationFactor stays -1; zero becomes -1.
 func (c *Config) EnsureDefaults() *Config {
 	if c.Group == "" {
 		c.Group = DefaultGroup
@@ -135,6 +143,9 @@ func (c *Config) EnsureDefaults() *Config {
 	}
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = -1
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
 	}
 	if c.MaxFutureSkew == 0 {
 		c.MaxFutureSkew = DefaultMaxFutureSkew
@@ -187,8 +198,8 @@ func (c *Config) Validate() error {
 	if c.ExactlyOnce && c.TransactionalID == "" {
 		bad("TransactionalID: required when ExactlyOnce is set")
 	}
-	if c.Grace < 0 {
-		bad("Grace: %v must not be negative", c.Grace)
+	if c.Grace < 0 && c.Grace != NoGrace {
+		bad("Grace: %v must not be negative (NoGrace asks for none)", c.Grace)
 	}
 	if c.MaxFutureSkew < 0 {
 		bad("MaxFutureSkew: %v must not be negative", c.MaxFutureSkew)

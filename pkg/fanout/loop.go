@@ -300,7 +300,7 @@ func (l *loop) decide(ctx context.Context, ln *lane, h held, nowNs, through int6
 		return true
 	}
 	ts := ms * int64(time.Millisecond)
-	if !known || max(ts+l.p.cfg.Grace.Nanoseconds(), c.assignedNs) > through {
+	if !known || max(ts+l.p.cfg.grace().Nanoseconds(), c.assignedNs) > through {
 		return false
 	}
 	// Publish what may be decided before asking the gate; see claim.

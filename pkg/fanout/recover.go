@@ -206,9 +206,9 @@ func (a *applier) readWindows(ctx context.Context, part int32) (map[uint64][]mem
 					if byUser[user] == nil {
 						byUser[user] = make(map[uint64]membership.LateLeave)
 					}
-					lw := membership.LateLeave{LeftAtNs: w.LeftAtNs, ThroughNs: w.ForwardedThroughNs, Exact: w.Exact}
+					lw := membership.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ForwardedThroughNs, Exact: w.Exact}
 					if old, ok := byUser[user][w.LeftAtNs]; ok {
-						lw.ThroughNs = max(lw.ThroughNs, old.ThroughNs)
+						lw.ForwardedThroughNs = max(lw.ForwardedThroughNs, old.ForwardedThroughNs)
 						lw.Exact = lw.Exact && old.Exact
 					}
 					byUser[user][w.LeftAtNs] = lw

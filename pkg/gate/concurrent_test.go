@@ -23,11 +23,11 @@ import (
 func TestConcurrentReadersSeeWholeStates(t *testing.T) {
 	cycle := [][]Episode{
 		nil,
-		{{100, Open}},
-		{{50, 80}, {120, 200}, {300, Open}},
+		{{100, OpenEnd}},
+		{{50, 80}, {120, 200}, {300, OpenEnd}},
 		{{90, 110}},
-		{{40, 45}, {100, Open}},
-		{{200, Open}},
+		{{40, 45}, {100, OpenEnd}},
+		{{200, OpenEnd}},
 		{},
 	}
 	probes := []uint64{0, 45, 60, 85, 95, 100, 115, 150, 250, 350, math.MaxUint64}
@@ -98,9 +98,9 @@ func TestConcurrentReadersSeeWholeStates(t *testing.T) {
 			done[ui].Store(round)
 			for range fillersPerSet {
 				n := fillers.Load()
-				eps := []Episode{{fillerLeftAt, Open}}
+				eps := []Episode{{fillerLeftAt, OpenEnd}}
 				if n%2 == 1 {
-					eps = []Episode{{1, 5}, {fillerLeftAt, Open}}
+					eps = []Episode{{1, 5}, {fillerLeftAt, OpenEnd}}
 				}
 				if err := m.Set(fillerBase+n, eps); err != nil {
 					t.Fatal(err)

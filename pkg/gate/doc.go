@@ -12,7 +12,7 @@
 //   - Timestamps are nanoseconds since the Unix epoch, as uint64.
 //   - An [Episode] is the half-open interval [LeftAtNs, RejoinedAtNs): a
 //     signal at exactly LeftAtNs is denied, one at exactly RejoinedAtNs is
-//     allowed. The episode still open has RejoinedAtNs == [Open] and covers
+//     allowed. The episode still open has RejoinedAtNs == [OpenEnd] and covers
 //     every timestamp from LeftAtNs on, math.MaxUint64 included.
 //   - A user's episodes are ascending and disjoint: each RejoinedAtNs is ≥
 //     LeftAtNs, each episode starts no earlier than the previous one ends,

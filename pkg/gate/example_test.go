@@ -13,7 +13,7 @@ func Example() {
 	// User 42 left at 100, rejoined at 200 and left again at 300.
 	err := m.Set(42, []gate.Episode{
 		{LeftAtNs: 100, RejoinedAtNs: 200},
-		{LeftAtNs: 300, RejoinedAtNs: gate.Open},
+		{LeftAtNs: 300, RejoinedAtNs: gate.OpenEnd},
 	})
 	if err != nil {
 		panic(err)

@@ -8,13 +8,13 @@ import (
 	"sync/atomic"
 )
 
-// Open is the RejoinedAtNs of an episode that has not ended: the user is
+// OpenEnd is the RejoinedAtNs of an episode that has not ended: the user is
 // still out.
-const Open = math.MaxUint64
+const OpenEnd = math.MaxUint64
 
 // Episode is a leave episode, the half-open interval [LeftAtNs,
 // RejoinedAtNs) in nanoseconds since the Unix epoch. The open episode has
-// RejoinedAtNs == Open and covers every timestamp from LeftAtNs on.
+// RejoinedAtNs == OpenEnd and covers every timestamp from LeftAtNs on.
 type Episode struct {
 	LeftAtNs, RejoinedAtNs uint64
 }
@@ -23,7 +23,7 @@ type Episode struct {
 // RejoinedAtNs, or LeftAtNs ≤ tsNs for an open episode (so that an open
 // episode also covers math.MaxUint64).
 func (e Episode) Contains(tsNs uint64) bool {
-	return e.LeftAtNs <= tsNs && (tsNs < e.RejoinedAtNs || e.RejoinedAtNs == Open)
+	return e.LeftAtNs <= tsNs && (tsNs < e.RejoinedAtNs || e.RejoinedAtNs == OpenEnd)
 }
 
 // ErrBadEpisodes is wrapped by the error [Map.Set] returns for episodes that
@@ -123,7 +123,7 @@ func (m *Map) Episodes(userID uint64, dst []Episode) []Episode {
 	case v == valEmpty || v == valNone:
 		return dst
 	case v < ovfFlag:
-		return append(dst, Episode{LeftAtNs: v - 1, RejoinedAtNs: Open})
+		return append(dst, Episode{LeftAtNs: v - 1, RejoinedAtNs: OpenEnd})
 	default:
 		return append(dst, t.history(v).eps...)
 	}
@@ -141,7 +141,7 @@ func (m *Map) MemoryBytes() int64 { return m.bytes.Load() }
 // Set replaces the user's episodes with a copy of eps. Empty eps means the
 // user is allowed at all times, like a user without an entry. eps must be
 // ascending and disjoint, each RejoinedAtNs ≥ its LeftAtNs, and only the
-// last episode may be open (RejoinedAtNs == Open); otherwise Set returns an
+// last episode may be open (RejoinedAtNs == OpenEnd); otherwise Set returns an
 // error wrapping [ErrBadEpisodes] that names the first bad episode, and the
 // user's entry stays as it was.
 //
@@ -162,7 +162,7 @@ func validate(userID uint64, eps []Episode) error {
 		switch {
 		case e.RejoinedAtNs < e.LeftAtNs:
 			reason = "rejoined before it left"
-		case e.RejoinedAtNs == Open && i != len(eps)-1:
+		case e.RejoinedAtNs == OpenEnd && i != len(eps)-1:
 			reason = "open but not the last"
 		case i > 0 && e.LeftAtNs < eps[i-1].RejoinedAtNs:
 			reason = "starts before the previous episode ends"
@@ -229,7 +229,7 @@ func (m *Map) encodeLocked(t *table, eps []Episode) uint64 {
 	switch {
 	case len(eps) == 0:
 		return valNone
-	case len(eps) == 1 && eps[0].RejoinedAtNs == Open && eps[0].LeftAtNs <= maxInline:
+	case len(eps) == 1 && eps[0].RejoinedAtNs == OpenEnd && eps[0].LeftAtNs <= maxInline:
 		return eps[0].LeftAtNs + 1
 	default:
 		return m.addHistoryLocked(t, newHistory(eps))
@@ -274,7 +274,7 @@ func (m *Map) rebuildLocked(old *table, need int) *table {
 			switch {
 			case len(h.eps) == 0:
 				continue
-			case len(h.eps) == 1 && h.eps[0].RejoinedAtNs == Open && h.eps[0].LeftAtNs <= maxInline:
+			case len(h.eps) == 1 && h.eps[0].RejoinedAtNs == OpenEnd && h.eps[0].LeftAtNs <= maxInline:
 				v = h.eps[0].LeftAtNs + 1
 			default:
 				v = m.addHistoryLocked(t, h) // histories are immutable: share

@@ -110,7 +110,7 @@ func buildGate(b *testing.B, ids []uint64, opts ...Opt) *Map {
 	m := New(opts...)
 	eps := make([]Episode, 1)
 	for _, id := range ids {
-		eps[0] = Episode{leftAt(id), Open}
+		eps[0] = Episode{leftAt(id), OpenEnd}
 		if err := m.Set(id, eps); err != nil {
 			b.Fatal(err)
 		}

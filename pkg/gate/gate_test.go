@@ -28,25 +28,25 @@ func TestAllows(t *testing.T) {
 		{
 			name:   "open",
 			userID: 7,
-			eps:    []Episode{{100, Open}},
+			eps:    []Episode{{100, OpenEnd}},
 			probes: []probe{{0, true}, {99, true}, {100, false}, {101, false}, {math.MaxUint64, false}},
 		},
 		{
 			name:   "open at zero",
 			userID: 7,
-			eps:    []Episode{{0, Open}},
+			eps:    []Episode{{0, OpenEnd}},
 			probes: []probe{{0, false}, {1, false}, {math.MaxUint64, false}},
 		},
 		{
 			name:   "open too large to inline",
 			userID: 7,
-			eps:    []Episode{{math.MaxUint64 - 1, Open}},
+			eps:    []Episode{{math.MaxUint64 - 1, OpenEnd}},
 			probes: []probe{{0, true}, {math.MaxUint64 - 2, true}, {math.MaxUint64 - 1, false}, {math.MaxUint64, false}},
 		},
 		{
 			name:   "open at largest inline value",
 			userID: 7,
-			eps:    []Episode{{maxInline, Open}},
+			eps:    []Episode{{maxInline, OpenEnd}},
 			probes: []probe{{maxInline - 1, true}, {maxInline, false}, {math.MaxUint64, false}},
 		},
 		{
@@ -64,7 +64,7 @@ func TestAllows(t *testing.T) {
 		{
 			name:   "several with gaps and an open last",
 			userID: 7,
-			eps:    []Episode{{10, 20}, {30, 40}, {40, 40}, {40, 45}, {60, Open}},
+			eps:    []Episode{{10, 20}, {30, 40}, {40, 40}, {40, 45}, {60, OpenEnd}},
 			probes: []probe{
 				{9, true}, {10, false}, {19, false}, {20, true}, {29, true}, {30, false},
 				{39, false}, {40, false}, {44, false}, {45, true}, {59, true}, {60, false}, {math.MaxUint64, false},
@@ -79,7 +79,7 @@ func TestAllows(t *testing.T) {
 		{
 			name:   "user 0",
 			userID: 0,
-			eps:    []Episode{{100, Open}},
+			eps:    []Episode{{100, OpenEnd}},
 			probes: []probe{{99, true}, {100, false}},
 		},
 		{
@@ -101,7 +101,7 @@ func TestAllows(t *testing.T) {
 				// Neighbours, so that the user under test is not alone.
 				for _, id := range []uint64{1, 2, 3, 1 << 40} {
 					if id != tt.userID {
-						mustSet(t, m, id, []Episode{{0, Open}})
+						mustSet(t, m, id, []Episode{{0, OpenEnd}})
 					}
 				}
 				if tt.eps != nil {
@@ -133,7 +133,7 @@ func TestZeroMap(t *testing.T) {
 	if m.MemoryBytes() != 0 {
 		t.Error("setting no episodes on a zero Map allocated a table")
 	}
-	mustSet(t, &m, 1, []Episode{{5, Open}})
+	mustSet(t, &m, 1, []Episode{{5, OpenEnd}})
 	if m.Allows(1, 5) || m.Len() != 1 || m.MemoryBytes() == 0 {
 		t.Error("zero Map did not take a Set")
 	}
@@ -144,7 +144,7 @@ func TestCapacity(t *testing.T) {
 		m := New(Capacity(n))
 		slots := len(m.table.Load().slots)
 		for i := range uint64(max(n, 0)) {
-			mustSet(t, m, i, []Episode{{1, Open}})
+			mustSet(t, m, i, []Episode{{1, OpenEnd}})
 		}
 		if got := len(m.table.Load().slots); got != slots {
 			t.Errorf("Capacity(%d): table grew from %d to %d slots within the hint", n, slots, got)
@@ -164,12 +164,12 @@ func TestSetReplaces(t *testing.T) {
 		wantLen int
 		probes  map[uint64]bool
 	}{
-		{"leave", []Episode{{100, Open}}, 1, map[uint64]bool{99: true, 100: false, 300: false}},
+		{"leave", []Episode{{100, OpenEnd}}, 1, map[uint64]bool{99: true, 100: false, 300: false}},
 		{"rejoin", []Episode{{100, 200}}, 1, map[uint64]bool{99: true, 100: false, 200: true, 300: true}},
-		{"leave again", []Episode{{100, 200}, {300, Open}}, 1, map[uint64]bool{150: false, 250: true, 300: false}},
-		{"back to one open", []Episode{{500, Open}}, 1, map[uint64]bool{150: true, 499: true, 500: false}},
+		{"leave again", []Episode{{100, 200}, {300, OpenEnd}}, 1, map[uint64]bool{150: false, 250: true, 300: false}},
+		{"back to one open", []Episode{{500, OpenEnd}}, 1, map[uint64]bool{150: true, 499: true, 500: false}},
 		{"cleared", nil, 0, map[uint64]bool{150: true, 500: true}},
-		{"open again", []Episode{{50, Open}}, 1, map[uint64]bool{49: true, 50: false}},
+		{"open again", []Episode{{50, OpenEnd}}, 1, map[uint64]bool{49: true, 50: false}},
 		{"cleared again", []Episode{}, 0, map[uint64]bool{50: true}},
 	}
 	for _, s := range steps {
@@ -187,7 +187,7 @@ func TestSetReplaces(t *testing.T) {
 
 func TestSetCopies(t *testing.T) {
 	m := New()
-	eps := []Episode{{10, 20}, {30, Open}}
+	eps := []Episode{{10, 20}, {30, OpenEnd}}
 	mustSet(t, m, 1, eps)
 	eps[0] = Episode{0, 1}
 	if !m.Allows(1, 5) || m.Allows(1, 15) {
@@ -206,8 +206,8 @@ func TestSetRejectsBadEpisodes(t *testing.T) {
 		eps  []Episode
 	}{
 		{"rejoined before left", []Episode{{20, 10}}},
-		{"open not last", []Episode{{10, Open}, {20, 30}}},
-		{"two open", []Episode{{10, Open}, {Open, Open}}},
+		{"open not last", []Episode{{10, OpenEnd}, {20, 30}}},
+		{"two open", []Episode{{10, OpenEnd}, {OpenEnd, OpenEnd}}},
 		{"overlapping", []Episode{{10, 30}, {20, 40}}},
 		{"descending", []Episode{{30, 40}, {10, 20}}},
 		{"bad after good", []Episode{{1, 2}, {3, 4}, {6, 5}}},
@@ -215,7 +215,7 @@ func TestSetRejectsBadEpisodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := New()
-			before := []Episode{{100, Open}}
+			before := []Episode{{100, OpenEnd}}
 			mustSet(t, m, 9, before)
 			err := m.Set(9, tt.eps)
 			if !errors.Is(err, ErrBadEpisodes) {
@@ -238,7 +238,7 @@ func TestLenAndMemory(t *testing.T) {
 		t.Fatalf("new map: MemoryBytes %d, Len %d", start, m.Len())
 	}
 	for i := range uint64(1000) {
-		mustSet(t, m, i, []Episode{{i, Open}})
+		mustSet(t, m, i, []Episode{{i, OpenEnd}})
 	}
 	if m.Len() != 1000 {
 		t.Fatalf("Len = %d, want 1000", m.Len())
@@ -247,13 +247,13 @@ func TestLenAndMemory(t *testing.T) {
 		t.Errorf("MemoryBytes changed from %d to %d within the capacity hint", start, got)
 	}
 	for i := range uint64(100) {
-		mustSet(t, m, i, []Episode{{1, 2}, {3, Open}})
+		mustSet(t, m, i, []Episode{{1, 2}, {3, OpenEnd}})
 	}
 	if got := m.MemoryBytes(); got <= start {
 		t.Errorf("MemoryBytes = %d with histories, want more than %d", got, start)
 	}
 	for i := range uint64(5000) {
-		mustSet(t, m, 1<<32+i, []Episode{{i, Open}})
+		mustSet(t, m, 1<<32+i, []Episode{{i, OpenEnd}})
 	}
 	if m.Len() != 6000 {
 		t.Fatalf("Len = %d, want 6000", m.Len())
@@ -268,7 +268,7 @@ func TestLenAndMemory(t *testing.T) {
 func TestRebuildDropsCleared(t *testing.T) {
 	m := New()
 	for i := range uint64(20_000) {
-		mustSet(t, m, i, []Episode{{1, Open}})
+		mustSet(t, m, i, []Episode{{1, OpenEnd}})
 		mustSet(t, m, i, nil)
 	}
 	if m.Len() != 0 {
@@ -357,7 +357,7 @@ func randomEpisodes(rng *rand.Rand) []Episode {
 		left := at + rng.Uint64N(50)
 		right := left + rng.Uint64N(50)
 		if i == n-1 && rng.IntN(2) == 0 {
-			right = Open
+			right = OpenEnd
 		}
 		eps = append(eps, Episode{left, right})
 		at = right
@@ -392,8 +392,8 @@ func TestFilterFalsePositives(t *testing.T) {
 
 func TestAllowsDoesNotAllocate(t *testing.T) {
 	m := New()
-	mustSet(t, m, 1, []Episode{{100, Open}})
-	mustSet(t, m, 2, []Episode{{100, 200}, {300, Open}})
+	mustSet(t, m, 1, []Episode{{100, OpenEnd}})
+	mustSet(t, m, 2, []Episode{{100, 200}, {300, OpenEnd}})
 	var sink bool
 	for _, id := range []uint64{0, 1, 2, 3} {
 		if n := testing.AllocsPerRun(1000, func() { sink = m.Allows(id, 150) }); n != 0 {

@@ -133,23 +133,23 @@ func (b *Batch) Member(userID uint64) (Member, error) {
 }
 
 // RecordLateLeave records the late-leave window w of userID: signals of the
-// user with event times in [w.LeftAtNs, w.ThroughNs] may have been forwarded
+// user with event times in [w.LeftAtNs, w.ForwardedThroughNs] may have been forwarded
 // although the user had left at w.LeftAtNs, because the leave arrived after
 // them. It claims the user.
 //
 // w.LeftAtNs must lie in one of the user's episodes, open or closed, as the
-// batch sees the user, and w.ThroughNs must not be before it; otherwise the
+// batch sees the user, and w.ForwardedThroughNs must not be before it; otherwise the
 // error wraps ErrInvalid and nothing is written. The window is recorded at
 // the start of that episode (the episode's leave may have moved back since
 // the window was seen). A window of the same leave that is already recorded
-// is merged: the later ThroughNs, exact only if both are. Recording a window
+// is merged: the later ForwardedThroughNs, exact only if both are. Recording a window
 // that adds nothing writes nothing.
 func (b *Batch) RecordLateLeave(userID uint64, w LateLeave) error {
 	if err := b.usable(); err != nil {
 		return err
 	}
-	if w.ThroughNs < w.LeftAtNs {
-		return errInvalidf("late leave of user %d at %d: forwarded through %d, before the leave", userID, w.LeftAtNs, w.ThroughNs)
+	if w.ForwardedThroughNs < w.LeftAtNs {
+		return errInvalidf("late leave of user %d at %d: forwarded through %d, before the leave", userID, w.LeftAtNs, w.ForwardedThroughNs)
 	}
 	if err := b.claim(userID); err != nil {
 		return err

@@ -117,7 +117,7 @@ func fillCrashBatch(t *testing.T, b *Batch, users uint64) crashBatch {
 	for u := range users {
 		mustOK(t)(b.Leave(u, 100+u))
 		if u%10 == 0 {
-			if err := b.RecordLateLeave(u, LateLeave{LeftAtNs: 100 + u, ThroughNs: 150 + u}); err != nil {
+			if err := b.RecordLateLeave(u, LateLeave{LeftAtNs: 100 + u, ForwardedThroughNs: 150 + u}); err != nil {
 				t.Fatal(err)
 			}
 			if err := b.SetNote(u, crashNote(u)); err != nil {
@@ -164,7 +164,7 @@ func (cb crashBatch) check(t *testing.T, s *Store, committed bool) {
 			want = member(u, Left, 100+u)
 		}
 		if committed && u%10 == 0 {
-			want.LateLeaves = []LateLeave{{LeftAtNs: 100 + u, ThroughNs: 150 + u}}
+			want.LateLeaves = []LateLeave{{LeftAtNs: 100 + u, ForwardedThroughNs: 150 + u}}
 			want.Note = crashNote(u)
 		}
 		got, err := s.Member(u)

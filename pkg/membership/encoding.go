@@ -192,7 +192,7 @@ func encodeHistory(e Episode) [historyValueLen]byte {
 // encodeLateLeave returns the value of a late-leave window.
 func encodeLateLeave(w LateLeave) [lateLeaveValueLen]byte {
 	var v [lateLeaveValueLen]byte
-	binary.LittleEndian.PutUint64(v[:], w.ThroughNs)
+	binary.LittleEndian.PutUint64(v[:], w.ForwardedThroughNs)
 	if w.Exact {
 		v[8] = lateLeaveExact
 	}
@@ -337,7 +337,7 @@ func decodeLateLeaveValue(key []byte, leftAtNs uint64, value []byte) (LateLeave,
 	if len(value) != lateLeaveValueLen {
 		return LateLeave{}, corruptf(key, "late-leave value has %d bytes, want %d", len(value), lateLeaveValueLen)
 	}
-	w := LateLeave{LeftAtNs: leftAtNs, ThroughNs: binary.LittleEndian.Uint64(value[:8])}
+	w := LateLeave{LeftAtNs: leftAtNs, ForwardedThroughNs: binary.LittleEndian.Uint64(value[:8])}
 	switch flags := value[8]; flags {
 	case 0:
 	case lateLeaveExact:
@@ -345,8 +345,8 @@ func decodeLateLeaveValue(key []byte, leftAtNs uint64, value []byte) (LateLeave,
 	default:
 		return LateLeave{}, corruptf(key, "late-leave flags 0x%02x, want 0x00 or 0x01", flags)
 	}
-	if w.ThroughNs < w.LeftAtNs {
-		return LateLeave{}, corruptf(key, "late-leave window forwarded through %d, before its left_at %d", w.ThroughNs, w.LeftAtNs)
+	if w.ForwardedThroughNs < w.LeftAtNs {
+		return LateLeave{}, corruptf(key, "late-leave window forwarded through %d, before its left_at %d", w.ForwardedThroughNs, w.LeftAtNs)
 	}
 	return w, nil
 }

@@ -82,7 +82,7 @@ func ExampleStore_Outbox() {
 		log.Fatal(err)
 	}
 	// A signal at t0+5s was forwarded before the leave arrived.
-	if err := b.RecordLateLeave(42, membership.LateLeave{LeftAtNs: c.After.LeftAtNs, ThroughNs: t0 + 5e9}); err != nil {
+	if err := b.RecordLateLeave(42, membership.LateLeave{LeftAtNs: c.After.LeftAtNs, ForwardedThroughNs: t0 + 5e9}); err != nil {
 		log.Fatal(err)
 	}
 	if err := b.SetNote(42, []byte(`{"request_id":"r-1"}`)); err != nil {

@@ -98,7 +98,7 @@ func FuzzDecodeLateLeave(f *testing.F) {
 			checkCorrupt(t, key, err)
 			return
 		}
-		if w.ThroughNs < w.LeftAtNs {
+		if w.ForwardedThroughNs < w.LeftAtNs {
 			t.Fatalf("accepted window %+v", w)
 		}
 		v := encodeLateLeave(w)
@@ -279,7 +279,7 @@ func checkMemberInvariants(t *testing.T, m Member) {
 		t.Fatalf("user %d: late leaves without a leave: %+v", m.UserID, m)
 	}
 	for j, w := range m.LateLeaves {
-		if w.ThroughNs < w.LeftAtNs || (j > 0 && w.LeftAtNs <= m.LateLeaves[j-1].LeftAtNs) {
+		if w.ForwardedThroughNs < w.LeftAtNs || (j > 0 && w.LeftAtNs <= m.LateLeaves[j-1].LeftAtNs) {
 			t.Fatalf("user %d: bad late leaves %v", m.UserID, m.LateLeaves)
 		}
 		if !slices.ContainsFunc(eps, func(e Episode) bool { return e.LeftAtNs == w.LeftAtNs }) {
@@ -367,7 +367,7 @@ func FuzzCommands(f *testing.F) {
 				}
 				exact := ctl>>5&1 == 1
 				b := s.NewBatch()
-				err := b.RecordLateLeave(user, LateLeave{LeftAtNs: left, ThroughNs: through, Exact: exact})
+				err := b.RecordLateLeave(user, LateLeave{LeftAtNs: left, ForwardedThroughNs: through, Exact: exact})
 				start, inEpisode := m.episodeStart(left)
 				if through < left || !inEpisode {
 					if !errors.Is(err, ErrInvalid) || !b.pb.Empty() {
@@ -381,7 +381,7 @@ func FuzzCommands(f *testing.F) {
 				}
 				// Again: no bytes.
 				n := b.pb.Len()
-				if err := b.RecordLateLeave(user, LateLeave{LeftAtNs: left, ThroughNs: through, Exact: exact}); err != nil || b.pb.Len() != n {
+				if err := b.RecordLateLeave(user, LateLeave{LeftAtNs: left, ForwardedThroughNs: through, Exact: exact}); err != nil || b.pb.Len() != n {
 					t.Fatalf("RecordLateLeave repeated: %v, batch grew from %d to %d bytes", err, n, b.pb.Len())
 				}
 				if err := b.Commit(); err != nil {
@@ -390,10 +390,10 @@ func FuzzCommands(f *testing.F) {
 				// The window goes to the start of the episode holding left, merged.
 				i, found := slices.BinarySearchFunc(m.LateLeaves, start, func(w LateLeave, ns uint64) int { return cmp.Compare(w.LeftAtNs, ns) })
 				if found {
-					m.LateLeaves[i].ThroughNs = max(m.LateLeaves[i].ThroughNs, through)
+					m.LateLeaves[i].ForwardedThroughNs = max(m.LateLeaves[i].ForwardedThroughNs, through)
 					m.LateLeaves[i].Exact = m.LateLeaves[i].Exact && exact
 				} else {
-					m.LateLeaves = slices.Insert(m.LateLeaves, i, LateLeave{LeftAtNs: start, ThroughNs: through, Exact: exact})
+					m.LateLeaves = slices.Insert(m.LateLeaves, i, LateLeave{LeftAtNs: start, ForwardedThroughNs: through, Exact: exact})
 				}
 				want[user] = m
 			case 2:

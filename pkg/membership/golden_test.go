@@ -106,7 +106,7 @@ func TestGoldenRecords(t *testing.T) {
 				t.Errorf("line %d: decodeHistory = %d, %+v, %v", r.line, gotUser, got, err)
 			}
 		case "late_leave":
-			user, w := r.u64(t, "user"), LateLeave{LeftAtNs: r.u64(t, "left_at"), ThroughNs: r.u64(t, "through"), Exact: r.u64(t, "exact") == 1}
+			user, w := r.u64(t, "user"), LateLeave{LeftAtNs: r.u64(t, "left_at"), ForwardedThroughNs: r.u64(t, "through"), Exact: r.u64(t, "exact") == 1}
 			v := encodeLateLeave(w)
 			key, value = appendLateLeaveKey(nil, user, w.LeftAtNs), v[:]
 			gotUser, got, err := decodeLateLeave(r.key, r.value)
@@ -213,8 +213,8 @@ func TestGoldenStore(t *testing.T) {
 		}
 	}
 	for _, err := range []error{
-		b.RecordLateLeave(42, LateLeave{LeftAtNs: t3, ThroughNs: t3 + 60e9, Exact: true}),
-		b.RecordLateLeave(42, LateLeave{LeftAtNs: t3, ThroughNs: t3 + 1}), // keeps the larger window, not exact
+		b.RecordLateLeave(42, LateLeave{LeftAtNs: t3, ForwardedThroughNs: t3 + 60e9, Exact: true}),
+		b.RecordLateLeave(42, LateLeave{LeftAtNs: t3, ForwardedThroughNs: t3 + 1}), // keeps the larger window, not exact
 		b.SetNote(0x0102030405060708, []byte(`{"op":"leave"}`)),
 		b.SetNote(0x0102030405060708, []byte(`{"op":"rejoin","request_id":"r-1"}`)), // the last note wins
 		b.SetNote(5, []byte("n")), // a user who never left

@@ -15,7 +15,7 @@ func TestRecordLateLeaveKeepsMax(t *testing.T) {
 		t.Helper()
 		b := s.NewBatch()
 		defer b.Close()
-		if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: left, ThroughNs: through}); err != nil {
+		if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: left, ForwardedThroughNs: through}); err != nil {
 			t.Fatalf("RecordLateLeave(1, %d, %d): %v", left, through, err)
 		}
 		if err := b.Commit(); err != nil {
@@ -23,13 +23,13 @@ func TestRecordLateLeaveKeepsMax(t *testing.T) {
 		}
 	}
 	record(100, 150)
-	checkMembers(t, s, []Member{{CommunityMembership: CommunityMembership{UserID: 1, Status: Left, LeftAtNs: 100}, LateLeaves: []LateLeave{{LeftAtNs: 100, ThroughNs: 150}}}})
+	checkMembers(t, s, []Member{{CommunityMembership: CommunityMembership{UserID: 1, Status: Left, LeftAtNs: 100}, LateLeaves: []LateLeave{{LeftAtNs: 100, ForwardedThroughNs: 150}}}})
 
 	// A window that reaches no further writes nothing.
 	before := dump(t, s)
 	for _, through := range []uint64{100, 120, 150} {
 		b := s.NewBatch()
-		if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ThroughNs: through}); err != nil || !b.pb.Empty() {
+		if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ForwardedThroughNs: through}); err != nil || !b.pb.Empty() {
 			t.Fatalf("RecordLateLeave(1, 100, %d) = %v; staged %d bytes", through, err, b.pb.Len())
 		}
 		b.Close()
@@ -50,7 +50,7 @@ func TestRecordLateLeaveKeepsMax(t *testing.T) {
 	want := Member{
 		CommunityMembership: CommunityMembership{UserID: 1, Status: Active},
 		History:             []Episode{{100, 200}, {300, 400}},
-		LateLeaves:          []LateLeave{{LeftAtNs: 100, ThroughNs: 190}, {LeftAtNs: 300, ThroughNs: 350}},
+		LateLeaves:          []LateLeave{{LeftAtNs: 100, ForwardedThroughNs: 190}, {LeftAtNs: 300, ForwardedThroughNs: 350}},
 	}
 	checkMembers(t, s, []Member{want})
 	got := restoreAll(t, s)
@@ -86,7 +86,7 @@ func TestRecordLateLeaveInvalid(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := s.NewBatch()
 			defer b.Close()
-			err := b.RecordLateLeave(tc.user, LateLeave{LeftAtNs: tc.left, ThroughNs: tc.through})
+			err := b.RecordLateLeave(tc.user, LateLeave{LeftAtNs: tc.left, ForwardedThroughNs: tc.through})
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("RecordLateLeave(%d, %d, %d) = %v, want ErrInvalid", tc.user, tc.left, tc.through, err)
 			}
@@ -107,11 +107,11 @@ func TestLateLeaveInBatch(t *testing.T) {
 	b := s.NewBatch()
 	defer b.Close()
 	c := mustOK(t)(b.Leave(1, 100))
-	if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: c.After.LeftAtNs, ThroughNs: 130}); err != nil {
+	if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: c.After.LeftAtNs, ForwardedThroughNs: 130}); err != nil {
 		t.Fatal(err)
 	}
 	c = mustOK(t)(b.Rejoin(1, 200))
-	if want := []LateLeave{{LeftAtNs: 100, ThroughNs: 130}}; !reflect.DeepEqual(c.After.LateLeaves, want) || !reflect.DeepEqual(c.Before.LateLeaves, want) {
+	if want := []LateLeave{{LeftAtNs: 100, ForwardedThroughNs: 130}}; !reflect.DeepEqual(c.After.LateLeaves, want) || !reflect.DeepEqual(c.Before.LateLeaves, want) {
 		t.Fatalf("rejoin's change: %+v, want late leaves %v on both sides", c, want)
 	}
 	if err := b.Commit(); err != nil {
@@ -120,7 +120,7 @@ func TestLateLeaveInBatch(t *testing.T) {
 	checkMembers(t, s, []Member{{
 		CommunityMembership: CommunityMembership{UserID: 1, Status: Active},
 		History:             []Episode{{100, 200}},
-		LateLeaves:          []LateLeave{{LeftAtNs: 100, ThroughNs: 130}},
+		LateLeaves:          []LateLeave{{LeftAtNs: 100, ForwardedThroughNs: 130}},
 	}})
 }
 
@@ -198,7 +198,7 @@ func TestMemberOwnsItsSlices(t *testing.T) {
 	mustOK(t)(b.Leave(1, 100))
 	mustOK(t)(b.Rejoin(1, 200))
 	mustOK(t)(b.Leave(1, 300))
-	if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: 300, ThroughNs: 310}); err != nil {
+	if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: 300, ForwardedThroughNs: 310}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.SetNote(1, note); err != nil {
@@ -211,14 +211,14 @@ func TestMemberOwnsItsSlices(t *testing.T) {
 	want := Member{
 		CommunityMembership: CommunityMembership{UserID: 1, Status: Left, LeftAtNs: 300},
 		History:             []Episode{{100, 200}},
-		LateLeaves:          []LateLeave{{LeftAtNs: 300, ThroughNs: 310}},
+		LateLeaves:          []LateLeave{{LeftAtNs: 300, ForwardedThroughNs: 310}},
 		Note:                []byte("note"),
 	}
 	m, err := s.Member(1)
 	if err != nil || !reflect.DeepEqual(m, want) {
 		t.Fatalf("Member = %+v, %v; want %+v", m, err, want)
 	}
-	m.History[0], m.LateLeaves[0], m.Note[0] = Episode{1, 2}, LateLeave{LeftAtNs: 3, ThroughNs: 4}, 'Y'
+	m.History[0], m.LateLeaves[0], m.Note[0] = Episode{1, 2}, LateLeave{LeftAtNs: 3, ForwardedThroughNs: 4}, 'Y'
 	checkMembers(t, s, []Member{want})
 }
 
@@ -229,7 +229,7 @@ func TestBatchMember(t *testing.T) {
 	defer b.Close()
 	mustOK(t)(b.Rejoin(1, 200))
 	mustOK(t)(b.Leave(1, 300))
-	if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: 300, ThroughNs: 320}); err != nil {
+	if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: 300, ForwardedThroughNs: 320}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.SetNote(1, []byte("uncommitted")); err != nil {
@@ -238,7 +238,7 @@ func TestBatchMember(t *testing.T) {
 	want := Member{
 		CommunityMembership: CommunityMembership{UserID: 1, Status: Left, LeftAtNs: 300},
 		History:             []Episode{{100, 200}},
-		LateLeaves:          []LateLeave{{LeftAtNs: 300, ThroughNs: 320}},
+		LateLeaves:          []LateLeave{{LeftAtNs: 300, ForwardedThroughNs: 320}},
 		Note:                []byte("uncommitted"),
 	}
 	if got, err := b.Member(1); err != nil || !reflect.DeepEqual(got, want) {
@@ -258,7 +258,7 @@ func TestBatchMember(t *testing.T) {
 	if err := other.SetNote(1, []byte("x")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("other batch's SetNote of a claimed user: %v", err)
 	}
-	if err := other.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ThroughNs: 100}); !errors.Is(err, ErrConflict) {
+	if err := other.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ForwardedThroughNs: 100}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("other batch's RecordLateLeave of a claimed user: %v", err)
 	}
 	if err := b.Commit(); err != nil {

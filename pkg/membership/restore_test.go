@@ -27,8 +27,8 @@ func TestRestore(t *testing.T) {
 		b.SetCheckpoint("c", 0, 1),
 		// Late leaves and notes on users before and after others without,
 		// so that a reused slice would show.
-		b.RecordLateLeave(3, LateLeave{LeftAtNs: 10, ThroughNs: 15}),
-		b.RecordLateLeave(3, LateLeave{LeftAtNs: 50, ThroughNs: 70}),
+		b.RecordLateLeave(3, LateLeave{LeftAtNs: 10, ForwardedThroughNs: 15}),
+		b.RecordLateLeave(3, LateLeave{LeftAtNs: 50, ForwardedThroughNs: 70}),
 		b.SetNote(3, []byte("three")),
 		b.SetNote(5, []byte("five")),
 	} {
@@ -40,7 +40,7 @@ func TestRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	three := member(3, Left, 50, Episode{10, 20}, Episode{30, 40})
-	three.LateLeaves = []LateLeave{{LeftAtNs: 10, ThroughNs: 15}, {LeftAtNs: 50, ThroughNs: 70}}
+	three.LateLeaves = []LateLeave{{LeftAtNs: 10, ForwardedThroughNs: 15}, {LeftAtNs: 50, ForwardedThroughNs: 70}}
 	three.Note = []byte("three")
 	five := member(5, Active, 0)
 	five.Note = []byte("five")

@@ -180,7 +180,7 @@ func TestBatchDiscardedOnClose(t *testing.T) {
 	if err := b.SetCheckpoint("c", 0, 5); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ThroughNs: 100}); err != nil {
+	if err := b.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ForwardedThroughNs: 100}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.SetNote(1, []byte("x")); err != nil {
@@ -208,7 +208,7 @@ func TestBatchDiscardedOnClose(t *testing.T) {
 		t.Fatalf("SetCheckpoint after Close: %v", err)
 	}
 	for name, err := range map[string]error{
-		"RecordLateLeave": b.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ThroughNs: 100}),
+		"RecordLateLeave": b.RecordLateLeave(1, LateLeave{LeftAtNs: 100, ForwardedThroughNs: 100}),
 		"SetNote":         b.SetNote(1, []byte("x")),
 		"Member":          second(b.Member(1)),
 		"AddOutbox":       second(b.AddOutbox([]byte("x"))),
@@ -538,7 +538,7 @@ func TestCorruptRecords(t *testing.T) {
 				defer b.Close()
 				_, err = b.Member(tc.user)
 				check("Batch.Member", err)
-				check("RecordLateLeave", b.RecordLateLeave(tc.user, LateLeave{LeftAtNs: 10, ThroughNs: 10}))
+				check("RecordLateLeave", b.RecordLateLeave(tc.user, LateLeave{LeftAtNs: 10, ForwardedThroughNs: 10}))
 			}
 		})
 	}

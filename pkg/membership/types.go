@@ -70,24 +70,24 @@ func (e Episode) Contains(ns uint64) bool {
 }
 
 // LateLeave is a late-leave window: signals of the user with an event time
-// in [LeftAtNs, ThroughNs], both ends included, in ns since the Unix epoch,
+// in [LeftAtNs, ForwardedThroughNs], both ends included, in ns since the Unix epoch,
 // may have been forwarded although the user had left, because the leave at
 // LeftAtNs arrived after they were. The package records it for a purge job
-// and does not act on it. ThroughNs >= LeftAtNs.
+// and does not act on it. ForwardedThroughNs >= LeftAtNs.
 type LateLeave struct {
-	LeftAtNs  uint64 // the boundary of the leave, the start of one of the user's episodes
-	ThroughNs uint64 // the latest event time that may have been forwarded
-	// Exact says that ThroughNs is the event time of a signal of the user
+	LeftAtNs           uint64 // the boundary of the leave, the start of one of the user's episodes
+	ForwardedThroughNs uint64 // the latest event time that may have been forwarded
+	// Exact says that ForwardedThroughNs is the event time of a signal of the user
 	// that was forwarded; when false, the caller could not tell which of
-	// the user's signals were forwarded and ThroughNs bounds them.
+	// the user's signals were forwarded and ForwardedThroughNs bounds them.
 	Exact bool
 }
 
 // merge returns the window that covers both w and o, which start at the same
-// LeftAtNs: the later ThroughNs, exact only if both are. (Two exact windows
+// LeftAtNs: the later ForwardedThroughNs, exact only if both are. (Two exact windows
 // of one leave name forwarded signals, so their maximum does too.)
 func (w LateLeave) merge(o LateLeave) LateLeave {
-	w.ThroughNs = max(w.ThroughNs, o.ThroughNs)
+	w.ForwardedThroughNs = max(w.ForwardedThroughNs, o.ForwardedThroughNs)
 	w.Exact = w.Exact && o.Exact
 	return w
 }
