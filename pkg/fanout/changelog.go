@@ -28,19 +28,6 @@ func changelogOf(m membership.Member, note topics.Note) topics.MemberRecord {
 	return cl
 }
 
-// storeOutbox adds the entries of items to b's outbox and sets their
-// sequence numbers, to be queued once b commits.
-func storeOutbox(b *membership.Batch, items []outboxItem) error {
-	for i := range items {
-		seq, err := b.AddOutbox(encodeOutbox(items[i].e))
-		if err != nil {
-			return err
-		}
-		items[i].seq = seq
-	}
-	return nil
-}
-
 // trimChangelog returns the changelog record value with the oldest history
 // episodes left out (and counted in history_omitted) so that it takes at
 // most budget bytes, or false when it cannot be made to fit. The late-leave

@@ -16,14 +16,13 @@ import (
 // pointer.
 //
 // Fields set at creation are immutable. The atomics are shared between the
-// commands goroutine (writes applied), the tracker (writes marks) and the
-// main loop (writes deciding and maxEventNs); every cross-goroutine
-// hand-off relies on their sequentially consistent ordering, documented at
-// each use.
+// commands side (writes applied, in the alignment), the tracker (writes
+// the alignment's observations) and the signals loop (writes deciding and
+// maxEventNs); every cross-goroutine hand-off relies on their sequentially
+// consistent ordering, documented at each use.
 type claim struct {
-	partition  int32
-	assignedNs int64 // wall clock at assignment; signals wait for an observation after it
-	marks      *watermarks
+	alignment // partition, assignedNs, applied, caughtUp: see align.go
+
 	// judgedBelow is the commands offset below which an earlier owner had
 	// applied every command, and produced the changelog records of every
 	// one, when it committed the decisions that seeded maxEventNs (from the
@@ -39,30 +38,16 @@ type claim struct {
 	// windows.
 	fwd *forwarded
 
-	// applied is the next commands offset; every command below it is in
-	// the gate and in Pebble (or in the batch about to commit).
-	applied atomic.Int64
 	// deciding is one past the highest signals offset whose gate decision
-	// may have been taken; -1 before the first. The main loop stores it
+	// may have been taken; -1 before the first. The signals loop stores it
 	// BEFORE asking the gate, so a command applied to the gate before it
 	// is read is enforced for every offset >= the value read.
 	deciding atomic.Int64
 	// maxEventNs is the highest event time (ns) of a signal of p the gate
 	// was asked about, stored before asking (same ordering as deciding).
-	// A leave with an earlier boundary is late.
+	// A leave with an earlier boundary may be late.
 	maxEventNs atomic.Int64
-	// caughtUp is set once the commands are applied through an end offset
-	// observed after assignment: the partition has restored.
-	caughtUp atomic.Bool
-	revoked  atomic.Bool
-	// openTxnSinceNs is the wall clock (ns) at which the tracker first saw
-	// the commands partition held by an open transaction (everything
-	// below the last stable offset applied, records above it), 0 while it
-	// is not.
-	openTxnSinceNs atomic.Int64
-	// openTxnWarnedNs is when the tracker last logged the hold; the
-	// tracker's alone.
-	openTxnWarnedNs int64
+	revoked    atomic.Bool
 
 	// Owned by the commands side: windows recovered from the changelog
 	// (see recover.go) that are not yet in the store, because the episode
@@ -73,18 +58,23 @@ type claim struct {
 	}
 }
 
-func newClaim(partition int32, assignedNs, applied int64, marksLimit int) *claim {
-	c := &claim{
-		partition:      partition,
-		assignedNs:     assignedNs,
-		marks:          newWatermarks(marksLimit),
-		inheritedMaxNs: -1,
-		fwd:            newForwarded(),
-	}
-	c.applied.Store(applied)
+func newClaim(partition int32, assignedNs, applied int64) *claim {
+	c := &claim{inheritedMaxNs: -1, fwd: newForwarded()}
+	c.alignment.init(partition, assignedNs, applied)
 	c.deciding.Store(-1)
 	c.maxEventNs.Store(-1)
 	return c
+}
+
+// publishDeciding records, before the gate is asked about the signal at
+// offset with event time tsNs, that it may be decided: see deciding.
+func (c *claim) publishDeciding(offset, tsNs int64) {
+	if offset+1 > c.deciding.Load() {
+		c.deciding.Store(offset + 1)
+	}
+	if tsNs > c.maxEventNs.Load() {
+		c.maxEventNs.Store(tsNs)
+	}
 }
 
 // meta is a partition's committed offset metadata: the highest event time
@@ -203,4 +193,15 @@ func (c *claim) lateWindow(offset int64, left, end uint64, fwd fwdResult) (membe
 type fwdResult struct {
 	latest          int64
 	found, complete bool
+}
+
+// alignments returns the alignments of the current claims, for the
+// tracker.
+func (cs *claims) alignments() []*alignment {
+	all := cs.all()
+	out := make([]*alignment, len(all))
+	for i, c := range all {
+		out[i] = &c.alignment
+	}
+	return out
 }

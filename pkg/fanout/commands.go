@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
@@ -33,11 +34,53 @@ import (
 //     and stores them with the changelog records in the batch's outbox;
 //  5. commits the batch (one fsync) and only then advances the applied
 //     offsets that release held signals.
+//
+// applyFetched is steps 1 to 5 for records already fetched: what tests
+// drive without a broker (commands_test.go, testdata/commands).
 type applier struct {
-	p  *Processor
-	cl *kgo.Client
-	kp keyPartition
+	cfg        *Config
+	cl         *kgo.Client // the commands consumer; nil in tests
+	store      Store
+	gate       *gate.Map
+	claims     *claims
+	outbox     *outbox
+	windows    windowSource
+	ev         EventListener
+	lim        limits
+	partitions int32 // of both input topics
+	kp         keyPartition
 }
+
+// CommandsGapError halts the processor: commands of a partition cannot be
+// read from where the store says the next one is. Forwarding on would mean
+// forwarding signals of users whose leave was skipped.
+type CommandsGapError struct {
+	Topic     string
+	Partition int32
+	Next      int64 // the store's checkpoint (next offset to apply), -1 if unknown
+	End       int64 // the log end observed, -1 if unknown
+	Err       error
+}
+
+func (e *CommandsGapError) Error() string {
+	var what string
+	switch {
+	case e.End >= 0 && e.Next >= 0:
+		what = fmt.Sprintf("log end %d is below the local checkpoint %d", e.End, e.Next)
+	case e.Err != nil:
+		what = e.Err.Error()
+	default:
+		what = "the position is not in the log"
+	}
+	return fmt.Sprintf("commands topic %s partition %d: %s; the topic was probably deleted and recreated, "+
+		"or lost data. The local state no longer matches it. Way out: stop every processor, then either "+
+		"restore the topic, or start each processor with an empty data directory (state is rebuilt from "+
+		"the commands topic as it is now)", e.Topic, e.Partition, what)
+}
+
+func (e *CommandsGapError) Unwrap() error { return e.Err }
+
+func isOffsetOutOfRange(err error) bool { return errors.Is(err, kerr.OffsetOutOfRange) }
 
 // appliedCmd is the outcome of one command, kept until the batch commits.
 type appliedCmd struct {
@@ -57,7 +100,7 @@ func (a *applier) run(ctx context.Context) error {
 		if err := a.fetchErrors(fetches); err != nil {
 			return err
 		}
-		if err := a.apply(ctx, fetches); err != nil {
+		if err := a.applyFetched(ctx, fetchedPartitions(fetches)); err != nil {
 			return err
 		}
 	}
@@ -76,36 +119,37 @@ func (a *applier) fetchErrors(fetches kgo.Fetches) error {
 		case isAuthzFailure(err):
 			fatal = notAuthorized(fmt.Sprintf("fetching %s[%d]", t, p), err)
 		default:
-			a.p.log.Warn("commands fetch error", "topic", t, "partition", p, "err", err)
+			a.cfg.Logger.Warn("commands fetch error", "topic", t, "partition", p, "err", err)
 		}
 	})
 	return fatal
 }
 
-func (a *applier) apply(ctx context.Context, fetches kgo.Fetches) error {
-	for _, fp := range fetchedPartitions(fetches) {
-		if c := a.p.claims.get(fp.Partition); c != nil && !c.recovery.done {
+// applyFetched applies the records of fetched commands partitions.
+func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPartition) error {
+	for _, fp := range fetched {
+		if c := a.claims.get(fp.Partition); c != nil && !c.recovery.done {
 			if err := a.recoverWindows(ctx, c); err != nil {
 				return err
 			}
 		}
 	}
-	b := a.p.store.NewBatch()
+	b := a.store.NewBatch()
 	defer b.Close()
 	var (
 		cmds     []appliedCmd
 		items    []outboxItem
 		advanced []claimOffset
 	)
-	topic := string(a.p.cfg.Topics.Commands)
-	for _, fp := range fetchedPartitions(fetches) {
-		c := a.p.claims.get(fp.Partition)
+	topic := string(a.cfg.Topics.Commands)
+	for _, fp := range fetched {
+		c := a.claims.get(fp.Partition)
 		if c == nil {
 			continue // not ours (any more): its next owner applies it
 		}
 		// The claim's position, not the store's checkpoint: a claim may
 		// start below the checkpoint on purpose, to write the changelog
-		// records of commands applied before (see Processor.assigned).
+		// records of commands applied before (see ownership.assigned).
 		// Applied again, each is a duplicate.
 		next := c.applied.Load()
 		for _, r := range fp.Records {
@@ -128,7 +172,7 @@ func (a *applier) apply(ctx context.Context, fetches kgo.Fetches) error {
 			}
 			items = append(items, out...)
 		}
-		cp, ok, err := a.p.store.Checkpoint(topic, c.partition)
+		cp, ok, err := a.store.Checkpoint(topic, c.partition)
 		if err != nil {
 			return err
 		}
@@ -159,8 +203,17 @@ func (a *applier) apply(ctx context.Context, fetches kgo.Fetches) error {
 	for _, ca := range advanced {
 		ca.c.applied.Store(ca.next)
 	}
-	a.p.outbox.add(items...)
-	a.count(cmds)
+	a.outbox.add(items...)
+	for _, ac := range cmds {
+		result := "noop"
+		switch {
+		case ac.change.Changed:
+			result = "changed"
+		case ac.change.Duplicate:
+			result = "duplicate"
+		}
+		a.ev.CommandApplied(CommandInfo{Op: ac.cmd.Op, Result: result})
+	}
 	return nil
 }
 
@@ -186,28 +239,28 @@ type claimOffset struct {
 // are the README's rules C1 to C7, in their order.
 func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd, []outboxItem, error) {
 	dlq := func(reason topics.Reason, err error) []outboxItem {
-		dl := deadLetterRecord(a.p.cfg.Topics.DLQ, a.p.lim.deadLetterBudget(a.p.cfg.Topics.DLQ), r, reason, err)
-		a.p.m.dlq.WithLabelValues(sourceCmds, headerValue(dl, topics.HeaderReason)).Inc()
+		dl := deadLetterRecord(a.cfg.Topics.DLQ, a.lim.deadLetterBudget(a.cfg.Topics.DLQ), r, reason, err)
+		a.ev.DeadLetter(DeadLetterInfo{Source: SourceCommands, Reason: topics.Reason(headerValue(dl, topics.HeaderReason)),
+			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err})
 		return []outboxItem{{e: outboxFrom(dl, -1)}}
 	}
 	if _, err := topics.ParseUserID(r.Key); err != nil {
 		return nil, dlq(topics.ReasonOf(err), err), nil
 	}
-	if want := a.kp.of(r.Key, a.p.signalPartitions); want != r.Partition {
+	if want := a.kp.of(r.Key, a.partitions); want != r.Partition {
 		rp := republishRecord(r, want)
-		if !a.p.lim.fits(rp) {
+		if !a.lim.fits(rp) {
 			return nil, dlq(topics.ReasonRecordTooLarge, fmt.Errorf("misrouted command of %d bytes does not fit %s again with its header (max.message.bytes %d)",
-				userBytes(r), r.Topic, a.p.lim.of(r.Topic))), nil
+				userBytes(r), r.Topic, a.lim.of(r.Topic))), nil
 		}
-		a.p.m.misrouted.WithLabelValues(sourceCmds).Inc()
-		a.p.warnMisrouted(r, want)
+		a.ev.Misrouted(MisroutedInfo{Source: SourceCommands, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Want: want})
 		return nil, []outboxItem{{e: outboxFrom(rp, want)}}, nil
 	}
 	cmd, err := topics.DecodeCommand(r.Key, r.Value)
 	if err != nil {
 		return nil, dlq(topics.ReasonOf(err), err), nil
 	}
-	at, reason, err := boundary(cmd, r.Timestamp, a.p.cfg.MaxFutureSkew)
+	at, reason, err := boundary(cmd, r.Timestamp, a.cfg.MaxFutureSkew)
 	if err != nil {
 		return nil, dlq(reason, err), nil
 	}
@@ -268,7 +321,7 @@ func (a *applier) updateGate(cmds []appliedCmd) error {
 	for user, i := range last {
 		eps = cmds[i].change.After.Episodes(eps[:0])
 		geps = gateEpisodes(geps[:0], eps)
-		if err := a.p.gate.Set(user, geps); err != nil {
+		if err := a.gate.Set(user, geps); err != nil {
 			return fmt.Errorf("unable to gate user %d: %w", user, err)
 		}
 	}
@@ -296,7 +349,7 @@ func gateEpisodes(dst []gate.Episode, eps []membership.Episode) []gate.Episode {
 // already, and one written from the state of a replay that has not caught
 // up would hide windows and episodes that record has.
 func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []appliedCmd) ([]outboxItem, error) {
-	now := a.p.cfg.Now().UnixNano()
+	now := a.cfg.Now().UnixNano()
 	out := make([]outboxItem, 0, len(cmds))
 	for i := range cmds {
 		ac := &cmds[i]
@@ -310,7 +363,7 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 				return nil, err
 			}
 		}
-		note := topics.Note{Command: commandRef(a.p.cfg.Topics.Commands, ac), Receipt: &rc}
+		note := topics.Note{Command: commandRef(a.cfg.Topics.Commands, ac), Receipt: &rc}
 		if err := b.SetNote(ac.cmd.UserID, topics.AppendNote(nil, note)); err != nil {
 			return nil, err
 		}
@@ -322,8 +375,8 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 			return nil, err
 		}
 		cl := changelogOf(m, note)
-		out = append(out, outboxItem{claim: ac.c, e: outboxEntry{
-			Topic:       string(a.p.cfg.Topics.Changelog),
+		out = append(out, outboxItem{owner: &ac.c.revoked, e: outboxEntry{
+			Topic:       string(a.cfg.Topics.Changelog),
 			Partition:   -1,
 			Key:         topics.AppendUserID(nil, ac.cmd.UserID),
 			Value:       topics.AppendMemberRecord(nil, cl),
@@ -358,11 +411,8 @@ func (a *applier) judge(ctx context.Context, b *membership.Batch, ac *appliedCmd
 	if !late {
 		return nil
 	}
-	a.p.m.lateLeaves.Inc()
-	a.p.log.Warn("late leave: signals of the user at or after the boundary were forwarded",
-		"partition", ac.c.partition, "offset", ac.r.Offset,
-		"left_at_ns", w.LeftAtNs, "forwarded_through_ns", w.ForwardedThroughNs, "exact", w.Exact,
-		"window", time.Duration(w.ForwardedThroughNs-w.LeftAtNs).String())
+	a.ev.LateLeave(LateLeaveInfo{Partition: ac.c.partition, Offset: ac.r.Offset, UserID: user,
+		Window: topics.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ForwardedThroughNs, Exact: w.Exact}})
 	return b.RecordLateLeave(user, w)
 }
 
@@ -391,27 +441,4 @@ func commandRef(t topics.Topic, ac *appliedCmd) *topics.CommandRef {
 		Changed:   ac.change.Changed,
 		Duplicate: ac.change.Duplicate,
 	}
-}
-
-func (a *applier) count(cmds []appliedCmd) {
-	for _, ac := range cmds {
-		result := "noop"
-		switch {
-		case ac.change.Changed:
-			result = "changed"
-		case ac.change.Duplicate:
-			result = "duplicate"
-		}
-		a.p.m.commands.WithLabelValues(ac.cmd.Op.String(), result).Inc()
-	}
-}
-
-// headerValue returns the value of r's header key, or "".
-func headerValue(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }

@@ -101,8 +101,12 @@ type Config struct {
 	// KafkaOpts are appended to every Kafka client the Processor makes
 	// (TLS, SASL, logging, hooks).
 	KafkaOpts []kgo.Opt
-	// Logger receives operational events. Default: discard.
+	// Logger receives operational events (MakeLoggingEventListener) and
+	// what no event carries. Default: discard.
 	Logger *slog.Logger
+	// EventListener receives the processor's events beside its metrics and
+	// logs; its nil funcs do nothing. See EventListener.
+	EventListener EventListener
 	// Registerer receives the processor's metrics. Default: none kept.
 	Registerer prometheus.Registerer
 	// Now is the wall clock. Default time.Now. Tests may skew it.

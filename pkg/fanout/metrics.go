@@ -1,18 +1,22 @@
 package fanout
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics are the processor's own Prometheus series. Labels never carry a
 // user id: cardinality stays bounded by partitions, reasons and outcomes.
+// Most are kept by an event listener (listener); the per-signal counters
+// and histograms, on the hot path, are kept by the signals loop directly.
 type metrics struct {
 	signalsIn      prometheus.Counter
 	forwarded      prometheus.Counter
 	dropped        *prometheus.CounterVec // reason
 	dlq            *prometheus.CounterVec // source, reason
 	commands       *prometheus.CounterVec // op, result
-	misrouted      *prometheus.CounterVec // topic
+	misrouted      *prometheus.CounterVec // source
 	lateLeaves     prometheus.Counter
 	txns           *prometheus.CounterVec // outcome
 	produceErrors  prometheus.Counter
@@ -20,7 +24,6 @@ type metrics struct {
 	holdSeconds    prometheus.Histogram
 	restoreSeconds prometheus.Gauge
 	lag            *prometheus.GaugeVec // partition
-	openTxn        *prometheus.GaugeVec // partition
 }
 
 // Metric names, exported for dashboards, alerts and tests.
@@ -56,6 +59,25 @@ type gauges struct {
 	heldSignals, heldBytes   func() float64
 	owned, restoring, outbox func() float64
 	ready                    func() float64
+	openTxns                 func() map[int32]float64 // per owned partition
+}
+
+// partitionGauges is a gauge per owned partition, read at scrape time, so
+// that a partition's series goes with the partition.
+type partitionGauges struct {
+	desc   *prometheus.Desc
+	values func() map[int32]float64
+}
+
+func (g partitionGauges) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g partitionGauges) Collect(ch chan<- prometheus.Metric) {
+	if g.values == nil {
+		return
+	}
+	for p, v := range g.values() {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, strconv.Itoa(int(p)))
+	}
 }
 
 func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
@@ -78,7 +100,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		}, []string{"op", "result"}),
 		misrouted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricMisrouted, Help: "Records found in a partition other than their key's murmur2 partition and re-published there.",
-		}, []string{"source"}),
+		}, []string{"source"}), // signals or commands, never the topic: its name is configuration
 		lateLeaves: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricLateLeaves, Help: "Leaves whose boundary lay before signals of their partition already allowed (arrived beyond the grace).",
 		}),
@@ -102,14 +124,14 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricConsumerLag, Help: "Records between the signals high watermark and the last fetched offset, per owned partition.",
 		}, []string{"partition"}),
-		openTxn: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: MetricOpenTransaction, Help: "Seconds an owned commands partition has been held by a transaction left open on it (0 when it is not); its signals wait meanwhile.",
-		}, []string{"partition"}),
 	}
 	cs := []prometheus.Collector{
 		m.signalsIn, m.forwarded, m.dropped, m.dlq, m.commands, m.misrouted,
 		m.lateLeaves, m.txns, m.produceErrors, m.forwardLatency, m.holdSeconds,
-		m.restoreSeconds, m.lag, m.openTxn,
+		m.restoreSeconds, m.lag,
+		partitionGauges{desc: prometheus.NewDesc(MetricOpenTransaction,
+			"Seconds an owned commands partition has been held by a transaction left open on it (0 when it is not); its signals wait meanwhile.",
+			[]string{"partition"}, nil), values: g.openTxns},
 		gaugeFunc(MetricGateMembers, "Users with an entry in the in-memory gate (users who ever left).", g.gateMembers),
 		gaugeFunc(MetricGateBytes, "Approximate bytes held by the in-memory gate.", g.gateBytes),
 		gaugeFunc(MetricHeldSignals, "Signals fetched and waiting for a decision.", g.heldSignals),
@@ -144,6 +166,26 @@ const (
 	outcomeCommit = "commit"
 	outcomeAbort  = "abort"
 	outcomeUnsure = "unknown"
-	sourceSignals = "signals"
-	sourceCmds    = "commands"
 )
+
+// listener is the event listener that keeps the series events carry.
+func (m *metrics) listener() EventListener {
+	return EventListener{
+		CommandApplied: func(i CommandInfo) { m.commands.WithLabelValues(i.Op.String(), i.Result).Inc() },
+		LateLeave:      func(LateLeaveInfo) { m.lateLeaves.Inc() },
+		Misrouted:      func(i MisroutedInfo) { m.misrouted.WithLabelValues(i.Source).Inc() },
+		DeadLetter:     func(i DeadLetterInfo) { m.dlq.WithLabelValues(i.Source, string(i.Reason)).Inc() },
+		ProduceFailed:  func(ProduceFailedInfo) { m.produceErrors.Inc() },
+		CycleEnd: func(i CycleInfo) {
+			switch i.Outcome {
+			case Committed:
+				m.txns.WithLabelValues(outcomeCommit).Inc()
+			case Aborted, OutputOnly:
+				m.txns.WithLabelValues(outcomeAbort).Inc()
+			default:
+				m.txns.WithLabelValues(outcomeUnsure).Inc()
+			}
+		},
+		Restored: func(i RestoredInfo) { m.restoreSeconds.Set(i.Took.Seconds()) },
+	}
+}

@@ -11,18 +11,30 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
 // The outbox carries records that the commands side decides (changelog
 // records, DLQ records of bad commands, misrouted commands to re-publish)
-// to the signals side, which produces them inside its next cycle. Entries
-// are written to the store in the same batch as the commands they come
-// from, so a crash between applying a command and producing its records
-// loses nothing: the entries are loaded again at start. An entry is
-// deleted once the cycle that produced it committed; a crash between the
-// two produces it again (at least once: changelog records are idempotent
-// per key, DLQ records name their source offset).
+// to the signals side, which produces them inside its next cycle. Every
+// record goes through four steps, all in this file:
+//
+//  1. the commands side makes an outboxItem and stores its entry in the
+//     batch of the commands it comes from (storeOutbox), so a crash between
+//     applying a command and producing its records loses nothing;
+//  2. once the batch committed, it queues the items (outbox.add); at start,
+//     the stored entries are queued again (loadOutbox);
+//  3. the signals loop takes them into its cycle (outbox.take) and
+//     produces them, except a changelog record whose claim is gone
+//     (outboxItem.stale), replacing one the broker refused (refusedEntry);
+//  4. when the cycle's output is durable the entries are deleted
+//     (outbox.delivered); otherwise they are put back (outbox.putBack).
+//
+// A crash between producing and deleting produces a record again: the
+// outbox is at least once (changelog records restate the user's state,
+// DLQ records name their source offset, re-published commands are
+// duplicates by their identity).
 
 // outboxEntry is one stored record, encoded as JSON (the outbox is off the
 // hot path; JSON keeps it inspectable).
@@ -91,19 +103,20 @@ func outboxFrom(r *kgo.Record, partition int32) outboxEntry {
 type outboxItem struct {
 	seq uint64
 	e   outboxEntry
-	// claim is the claim whose commands made a changelog entry, nil for
-	// the other entries and for every entry loaded from the store at
-	// start. A changelog entry is produced only while its claim still
-	// owns the partition: once the partition has moved (or the process
-	// restarted), the owner re-applies the commands the entry followed
-	// and writes the user's record anew, and an older record produced
-	// after it would hide it (a compacted topic keeps the last one).
-	claim *claim
+	// owner is the revoked flag of the claim whose commands made a
+	// changelog entry; nil for the other entries and for every entry
+	// loaded from the store at start. A changelog entry is produced only
+	// while its claim still owns the partition: once the partition has
+	// moved (or the process restarted), the owner re-applies the commands
+	// the entry followed and writes the user's record anew, and an older
+	// record produced after it would hide it (a compacted topic keeps the
+	// last one).
+	owner *atomic.Bool
 }
 
 // stale reports whether it is a changelog entry whose claim is gone.
 func (it outboxItem) stale(changelog topics.Topic) bool {
-	return it.e.Topic == string(changelog) && (it.claim == nil || it.claim.revoked.Load())
+	return it.e.Topic == string(changelog) && (it.owner == nil || it.owner.Load())
 }
 
 func (it outboxItem) record() *kgo.Record {
@@ -122,15 +135,16 @@ func (it outboxItem) record() *kgo.Record {
 	return r
 }
 
-// outboxDeleter removes delivered entries from durable storage.
-type outboxDeleter interface {
+// outboxStore is what the outbox needs of durable storage.
+type outboxStore interface {
+	Outbox(fn func(seq uint64, value []byte) error) error
 	DeleteOutbox(through uint64) error
 }
 
 // outbox is the in-memory side of the durable outbox: entries committed
 // to the store and not yet produced, in sequence order.
 type outbox struct {
-	store outboxDeleter
+	store outboxStore
 	mu    struct {
 		sync.Mutex
 		pending []outboxItem
@@ -179,4 +193,66 @@ func (o *outbox) delivered(through uint64) error {
 	o.mu.Unlock()
 	o.stored.Store(left)
 	return nil
+}
+
+// storeOutbox adds the entries of items to b's outbox and sets their
+// sequence numbers, to be queued once b commits.
+func storeOutbox(b *membership.Batch, items []outboxItem) error {
+	for i := range items {
+		seq, err := b.AddOutbox(encodeOutbox(items[i].e))
+		if err != nil {
+			return err
+		}
+		items[i].seq = seq
+	}
+	return nil
+}
+
+// load queues the entries stored before the last stop, and returns how
+// many there are.
+func (o *outbox) load() (int, error) {
+	var items []outboxItem
+	err := o.store.Outbox(func(seq uint64, value []byte) error {
+		e, err := decodeOutbox(value)
+		if err != nil {
+			return fmt.Errorf("outbox entry %d: %w", seq, err)
+		}
+		items = append(items, outboxItem{seq: seq, e: e})
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("unable to load the outbox: %w", err)
+	}
+	o.add(items...)
+	return len(items), nil
+}
+
+// refusedEntry returns what to produce instead of an outbox entry the
+// broker refused with err: a changelog record with as much of the user's
+// history as fits (see trimChangelog), anything else as a minimal DLQ copy
+// of itself naming where it came from.
+func refusedEntry(e outboxEntry, set topics.Set, lim limits, err error) outboxEntry {
+	if e.Topic == string(set.Changelog) {
+		if v, ok := trimChangelog(e.Value, lim.of(e.Topic)-batchOverhead-recordOverhead-len(e.Key)); ok {
+			e.Value = v
+			if refusalReason(err) == topics.ReasonRecordRefused {
+				e.TimestampNs = time.Now().UnixNano() // the topic may refuse the command's timestamp
+			}
+			return e
+		}
+	}
+	r := outboxItem{e: e}.record()
+	// The entry as its own source: the DLQ says what was refused.
+	src := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: -1, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+	for _, h := range r.Headers {
+		switch h.Key {
+		case topics.HeaderSourceTopic, topics.HeaderSourcePartition, topics.HeaderSourceOffset:
+		default:
+			src.Headers = append(src.Headers, h)
+		}
+	}
+	if s, ok := sourceOf(r); ok {
+		src.Topic, src.Partition, src.Offset = s.topic, s.partition, s.offset
+	}
+	return outboxFrom(minimalDeadLetter(set.DLQ, src, refusalReason(err), err), -1)
 }

@@ -58,6 +58,8 @@ func (d *deleted) DeleteOutbox(through uint64) error {
 	return nil
 }
 
+func (d *deleted) Outbox(func(seq uint64, value []byte) error) error { return nil }
+
 func TestOutboxQueue(t *testing.T) {
 	var d deleted
 	o := outbox{store: &d}

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestKeyPartitionMatchesKafka checks keyPartition against murmur2 values
@@ -56,42 +55,5 @@ func TestPartitionerPins(t *testing.T) {
 	pin(r, 6)
 	if got := tp.Partition(r, 6); got != byKey {
 		t.Fatalf("record pinned out of range placed in %d, want %d", got, byKey)
-	}
-}
-
-func TestRewriteTxnOffsets(t *testing.T) {
-	req := kmsg.NewPtrTxnOffsetCommitRequest()
-	for _, topic := range []string{"signals", "other"} {
-		rt := kmsg.NewTxnOffsetCommitRequestTopic()
-		rt.Topic = topic
-		for p := int32(0); p < 3; p++ {
-			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-			rp.Partition, rp.Offset, rp.LeaderEpoch = p, 100, 1
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-	}
-	rewriteTxnOffsets(req, "signals", map[int32]position{
-		0: {held: true, at: kgo.EpochOffset{Epoch: 2, Offset: 40}, meta: "7"},
-		1: {meta: "8", refresh: true},
-		5: {meta: "9", refresh: true},  // no new records: committed again with its new metadata
-		6: {meta: "10"},                // no new records, metadata unchanged: left out
-		7: {meta: "11", refresh: true}, // never committed: nothing to commit
-	}, map[int32]kgo.EpochOffset{5: {Epoch: 3, Offset: 55}, 6: {Epoch: 3, Offset: 66}})
-	sig := req.Topics[0].Partitions
-	if sig[0].Offset != 40 || sig[0].LeaderEpoch != 2 || *sig[0].Metadata != "7" {
-		t.Errorf("held partition: %+v", sig[0])
-	}
-	if sig[1].Offset != 100 || *sig[1].Metadata != "8" {
-		t.Errorf("unheld partition: %+v", sig[1])
-	}
-	if sig[2].Offset != 100 || sig[2].Metadata != nil {
-		t.Errorf("partition without a position: %+v", sig[2])
-	}
-	if len(sig) != 4 || sig[3].Partition != 5 || sig[3].Offset != 55 || sig[3].LeaderEpoch != 3 || *sig[3].Metadata != "9" {
-		t.Errorf("refreshed partitions: %+v, want partition 5 added at its committed offset", sig[3:])
-	}
-	if other := req.Topics[1].Partitions[0]; other.Offset != 100 || other.Metadata != nil || len(req.Topics[1].Partitions) != 3 {
-		t.Errorf("other topic touched: %+v", req.Topics[1].Partitions)
 	}
 }

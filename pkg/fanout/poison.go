@@ -193,33 +193,3 @@ func minimalDeadLetter(dlq topics.Topic, r *kgo.Record, reason topics.Reason, er
 	dl.Timestamp = time.Now()
 	return dl
 }
-
-// refusedEntry returns what to produce instead of an outbox entry the
-// broker refused with err: a changelog record with as much of the user's
-// history as fits (see trimChangelog), anything else as a minimal DLQ copy
-// of itself naming where it came from.
-func refusedEntry(e outboxEntry, set topics.Set, lim limits, err error) outboxEntry {
-	if e.Topic == string(set.Changelog) {
-		if v, ok := trimChangelog(e.Value, lim.of(e.Topic)-batchOverhead-recordOverhead-len(e.Key)); ok {
-			e.Value = v
-			if refusalReason(err) == topics.ReasonRecordRefused {
-				e.TimestampNs = time.Now().UnixNano() // the topic may refuse the command's timestamp
-			}
-			return e
-		}
-	}
-	r := outboxItem{e: e}.record()
-	// The entry as its own source: the DLQ says what was refused.
-	src := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: -1, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
-	for _, h := range r.Headers {
-		switch h.Key {
-		case topics.HeaderSourceTopic, topics.HeaderSourcePartition, topics.HeaderSourceOffset:
-		default:
-			src.Headers = append(src.Headers, h)
-		}
-	}
-	if s, ok := sourceOf(r); ok {
-		src.Topic, src.Partition, src.Offset = s.topic, s.partition, s.offset
-	}
-	return outboxFrom(minimalDeadLetter(set.DLQ, src, refusalReason(err), err), -1)
-}

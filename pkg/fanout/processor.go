@@ -4,72 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
-	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-// Store is what the processor needs of durable membership state. A
-// *membership.Store satisfies it.
-type Store interface {
-	NewBatch() *membership.Batch
-	Checkpoint(topic string, partition int32) (next int64, ok bool, err error)
-	Restore(ctx context.Context, fn func(membership.Member) error) (membership.RestoreStats, error)
-	Member(userID uint64) (membership.Member, error)
-	Outbox(fn func(seq uint64, value []byte) error) error
-	DeleteOutbox(through uint64) error
-}
-
-var _ Store = (*membership.Store)(nil)
-
 // Processor gates signals against membership commands and forwards what
-// it allows. Make one with New and call Run once.
+// it allows. Make one with New and call Run once. It holds what its parts
+// share and wires them in Run; none of them reaches back into it.
 type Processor struct {
 	cfg   Config
 	store Store
 	gate  *gate.Map
 	m     *metrics
-	log   *slog.Logger
+	ev    EventListener // Config.EventListener, the metrics' and the log's
 
 	claims  claims
 	outbox  outbox
 	refused refusals // records the broker refused, to settle otherwise when met again
-
-	// signalPartitions is the partition count of both input topics, and
-	// changelogPartitions the changelog's; lim the topics' size limits. Run
-	// sets them before any goroutine that reads them starts.
-	signalPartitions    int32
-	changelogPartitions int32
-	lim                 limits
-	cmds                *kgo.Client  // commands consumer, owned by Run
-	recov               *kgo.Client  // changelog reader of window recovery, owned by Run
-	adm                 *kadm.Client // admin and offsets, owned by Run
-	admCl               *kgo.Client  // adm's client, for requests kadm makes heavier (see listEnds)
-
-	// applierDone is closed when the commands side has exited: on
-	// shutdown the signals side then drains the outbox one last time.
-	applierDone <-chan struct{}
+	lim     limits   // filled by connect
 
 	restored  atomic.Bool
 	started   atomic.Bool // topics checked, clients running
 	held      atomic.Int64
 	heldBytes atomic.Int64
-	halt      context.CancelCauseFunc
-
-	misroute struct {
-		sync.Mutex
-		last   time.Time
-		quiet  int // warnings suppressed since last
-		window time.Duration
-	}
 }
 
 // New checks cfg and makes a Processor over store. It registers the
@@ -84,14 +47,8 @@ func New(cfg Config, store Store) (*Processor, error) {
 	if store == nil {
 		return nil, errors.New("fanout: nil store")
 	}
-	p := &Processor{
-		cfg:   cfg,
-		store: store,
-		gate:  gate.New(),
-		log:   cfg.Logger,
-	}
+	p := &Processor{cfg: cfg, store: store, gate: gate.New()}
 	p.outbox.store = store
-	p.misroute.window = 10 * time.Second
 	m, err := newMetrics(cfg.Registerer, gauges{
 		gateMembers: func() float64 { return float64(p.gate.Len()) },
 		gateBytes:   func() float64 { return float64(p.gate.MemoryBytes()) },
@@ -106,11 +63,19 @@ func New(cfg Config, store Store) (*Processor, error) {
 			}
 			return 0
 		},
+		openTxns: func() map[int32]float64 {
+			out := make(map[int32]float64)
+			for _, st := range p.Partitions() {
+				out[st.Partition] = st.OpenTransaction.Seconds()
+			}
+			return out
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fanout: unable to register metrics: %w", err)
 	}
 	p.m = m
+	p.ev = TeeEventListener(TeeEventListener(m.listener(), MakeLoggingEventListener(cfg.Logger)), cfg.EventListener)
 	return p, nil
 }
 
@@ -187,21 +152,30 @@ func (p *Processor) Member(userID uint64) (topics.MemberRecord, error) {
 // Run restores the gate, checks the topics, and processes until ctx is
 // done or a fatal error occurs, which it returns. On cancellation it
 // finishes and commits in-flight work, leaves the group and returns nil.
+//
+// Run owns three goroutines and returns only after all have exited: the
+// signals loop (Run's own), the commands side and the tracker.
 func (p *Processor) Run(ctx context.Context) error {
-	ctx, halt := context.WithCancelCause(ctx)
-	defer halt(nil)
-	p.halt = halt
-	if err := p.restoreGate(ctx); err != nil {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	halt := func(err error) { cancel(err) }
+	info, err := restoreGate(ctx, p.store, p.gate)
+	if err != nil {
 		return err
 	}
-	if err := p.connect(ctx); err != nil {
+	p.ev.Restored(info)
+	p.restored.Store(true)
+	k, err := connect(ctx, &p.cfg, &p.lim)
+	if err != nil {
 		return err
 	}
-	defer p.adm.Close()
-	defer p.cmds.Close()
-	defer p.recov.Close()
-	if err := p.loadOutbox(); err != nil {
+	defer k.close()
+	n, err := p.outbox.load()
+	if err != nil {
 		return err
+	}
+	if n > 0 {
+		p.cfg.Logger.Info("records from before the last stop will be produced again", "outbox", n)
 	}
 
 	var wg sync.WaitGroup
@@ -215,14 +189,38 @@ func (p *Processor) Run(ctx context.Context) error {
 		}()
 	}
 	applierDone := make(chan struct{})
-	p.applierDone = applierDone
+	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
+		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(),
+		windows: &changelogReader{cl: k.recov, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
+			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
+			kp: newKeyPartition(), log: p.cfg.Logger}}
 	run("commands", func(ctx context.Context) error {
 		defer close(applierDone)
-		return (&applier{p: p, cl: p.cmds, kp: newKeyPartition()}).run(ctx)
+		return ap.run(ctx)
 	})
-	run("alignment", p.track)
+	commands := string(p.cfg.Topics.Commands)
+	al := &aligner{interval: p.cfg.AlignInterval, now: p.cfg.Now, topic: commands, lso: p.cfg.UnsafeObserveLSO,
+		list: func(ctx context.Context, parts []int32, isolation int8) (map[int32]int64, error) {
+			return listEnds(ctx, k.admCl, commands, parts, isolation)
+		},
+		owned: p.claims.alignments,
+		regressed: func(partition int32, next, end int64) error {
+			return &CommandsGapError{Topic: commands, Partition: partition, Next: next, End: end}
+		},
+		listFailed: func(err error) error {
+			if fatal := notAuthorized("listing "+commands+" end offsets", err); fatal != nil {
+				return fatal
+			}
+			if ctx.Err() == nil {
+				p.cfg.Logger.Warn("unable to observe commands end offsets", "err", err)
+			}
+			return nil
+		},
+		ev: p.ev}
+	run("alignment", al.run)
 	p.started.Store(true)
-	err := p.signals(ctx)
+	own := &ownership{cfg: &p.cfg, store: p.store, claims: &p.claims, cmds: k.cmds, adm: k.adm, ev: p.ev, halt: halt}
+	err = p.signals(ctx, k, own, applierDone, halt)
 	halt(err)
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -233,17 +231,23 @@ func (p *Processor) Run(ctx context.Context) error {
 
 // signals runs the signals side, replacing its session whenever the
 // outcome of a transaction is unknown.
-func (p *Processor) signals(ctx context.Context) error {
+func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, applierDone <-chan struct{}, halt func(error)) error {
+	rules := signalRules{partitions: k.signalPartitions, cohortLimit: k.lim.of(string(p.cfg.Topics.Cohort)),
+		skew: p.cfg.MaxFutureSkew, grace: p.cfg.grace()}
 	for ctx.Err() == nil {
-		s, err := p.newSession()
+		s, err := p.newSession(own)
 		if err != nil {
 			return err
 		}
-		err = newLoop(p, s).run(ctx)
+		l := &loop{cfg: &p.cfg, s: s, claims: &p.claims, gate: p.gate, outbox: &p.outbox, refused: &p.refused,
+			m: p.m, ev: p.ev, rules: rules, kp: newKeyPartition(), halt: halt, applierDone: applierDone,
+			held: &p.held, heldBytes: &p.heldBytes, lanes: make(map[int32]*lane),
+			out: newEmitter(s, p.cfg.Topics, k.lim, &p.refused, p.m, p.ev, halt)}
+		err = l.run(ctx)
 		s.close() // leaves the group; the revoke callback drops the claims
 		switch {
 		case errors.Is(err, errReplaceSession):
-			p.log.Warn("replacing the Kafka session", "err", err)
+			p.cfg.Logger.Warn("replacing the Kafka session", "err", err)
 		case err != nil:
 			return err
 		}
@@ -251,38 +255,42 @@ func (p *Processor) signals(ctx context.Context) error {
 	return nil
 }
 
-func (p *Processor) loadOutbox() error {
-	var items []outboxItem
-	err := p.store.Outbox(func(seq uint64, value []byte) error {
-		e, err := decodeOutbox(value)
-		if err != nil {
-			return fmt.Errorf("outbox entry %d: %w", seq, err)
-		}
-		items = append(items, outboxItem{seq: seq, e: e})
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("unable to load the outbox: %w", err)
+// newSession makes the signals session: a group member of the signals
+// topic whose assignments own answers.
+func (p *Processor) newSession(own *ownership) (session, error) {
+	topic := string(p.cfg.Topics.Signals)
+	opts := append(clientOpts(&p.cfg, &p.lim, "cohortgate-signals"),
+		kgo.ConsumerGroup(p.cfg.Group),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(own.assigned),
+		kgo.OnPartitionsRevoked(own.revoked),
+		kgo.OnPartitionsLost(own.revoked),
+	)
+	if p.cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))
 	}
-	if len(items) > 0 {
-		p.log.Info("records from before the last stop will be produced again", "outbox", len(items))
+	// How long the group waits for its members to rejoin a rebalance. A
+	// member that crashed during one is removed only when it expires, and
+	// until then no partition moves: franz-go's default, a minute, is that
+	// long a stall of every partition's signals. The loop rejoins within
+	// one cycle (its end bounded by endTimeout), so a little more suffices.
+	opts = append(opts, kgo.RebalanceTimeout(p.endTimeout()+5*time.Second))
+	if p.cfg.ExactlyOnce {
+		return newTxnSession(topic, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
 	}
-	p.outbox.add(items...)
-	return nil
+	return newPlainSession(topic, append(opts, kgo.DisableAutoCommit()))
 }
 
-// warnMisrouted logs a misrouted record, at most once per window.
-func (p *Processor) warnMisrouted(r *kgo.Record, want int32) {
-	p.misroute.Lock()
-	defer p.misroute.Unlock()
-	now := time.Now()
-	if now.Sub(p.misroute.last) < p.misroute.window {
-		p.misroute.quiet++
-		return
+// endTimeout bounds the end of a transaction: the session timeout
+// (franz-go's default, 45s, when unset), at least 10s. By then a member
+// that could not heartbeat has lost its partitions anyway.
+func (p *Processor) endTimeout() time.Duration {
+	d := p.cfg.SessionTimeout
+	if d <= 0 {
+		d = 45 * time.Second
 	}
-	p.log.Warn("record in the wrong partition for its key; re-published to the key's murmur2 partition "+
-		"(producers must use Kafka's default partitioner; kcat: -X partitioner=murmur2_random)",
-		"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "want", want,
-		"suppressed", p.misroute.quiet)
-	p.misroute.last, p.misroute.quiet = now, 0
+	return max(d, 10*time.Second)
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/pkg/membership"
@@ -22,6 +24,14 @@ import (
 // of the claim's users and puts their windows into the store, each as soon
 // as the store holds the episode it starts.
 
+// windowSource reads the windows earlier owners wrote for the users of a
+// signals partition: the changelog (changelogReader), or a test's fake.
+type windowSource interface {
+	windows(ctx context.Context, part int32) (map[uint64][]membership.LateLeave, recoveryStats, error)
+}
+
+type recoveryStats struct{ records, windows int }
+
 // recoveryTimeout bounds one attempt to read the changelog.
 const recoveryTimeout = 5 * time.Minute
 
@@ -30,8 +40,8 @@ const recoveryTimeout = 5 * time.Minute
 // signals), which is the fail-closed choice. It runs on the commands side.
 func (a *applier) recoverWindows(ctx context.Context, c *claim) error {
 	c.recovery.done = true
-	if a.p.cfg.UnsafeNoWindowRecovery {
-		a.p.log.Warn("UNSAFE: late-leave windows of earlier owners not recovered", "partition", c.partition)
+	if a.cfg.UnsafeNoWindowRecovery {
+		a.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: c.partition, Skipped: true})
 		return nil
 	}
 	start := time.Now()
@@ -42,15 +52,15 @@ func (a *applier) recoverWindows(ctx context.Context, c *claim) error {
 	)
 	for attempt := 1; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
-		ws, stats, err = a.readWindows(rctx, c.partition)
+		ws, stats, err = a.windows.windows(rctx, c.partition)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			break
 		}
-		if fatal := notAuthorized("reading "+string(a.p.cfg.Topics.Changelog), err); fatal != nil {
+		if fatal := notAuthorized("reading "+string(a.cfg.Topics.Changelog), err); fatal != nil {
 			return fatal
 		}
-		a.p.log.Warn("unable to read late-leave windows from the changelog; the partition's commands wait",
+		a.cfg.Logger.Warn("unable to read late-leave windows from the changelog; the partition's commands wait",
 			"partition", c.partition, "attempt", attempt, "err", err)
 		select {
 		case <-ctx.Done():
@@ -60,7 +70,7 @@ func (a *applier) recoverWindows(ctx context.Context, c *claim) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	b := a.p.store.NewBatch()
+	b := a.store.NewBatch()
 	defer b.Close()
 	c.recovery.pending = make(map[uint64][]membership.LateLeave)
 	for user, list := range ws {
@@ -75,11 +85,8 @@ func (a *applier) recoverWindows(ctx context.Context, c *claim) error {
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("unable to store recovered late-leave windows: %w", err)
 	}
-	if stats.records > 0 {
-		a.p.log.Info("late-leave windows recovered from the changelog", "partition", c.partition,
-			"records", stats.records, "users_with_windows", len(ws), "windows", stats.windows,
-			"awaiting_replay", len(c.recovery.pending), "took", time.Since(start).Round(time.Millisecond).String())
-	}
+	a.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: c.partition, Records: stats.records, Windows: stats.windows,
+		AwaitingReplay: len(c.recovery.pending), Took: time.Since(start)})
 	return nil
 }
 
@@ -125,29 +132,42 @@ func (a *applier) attachRecovered(b *membership.Batch, c *claim, user uint64) er
 	return nil
 }
 
-type recoveryStats struct{ records, windows int }
 
-// readWindows reads the changelog, read_committed, up to its last stable
+// changelogReader is the windowSource of a running processor: it reads the
+// changelog with one client made at start (a Kafka client made mid-run
+// would share the metrics hooks with running ones), adding and removing
+// the partitions it reads. Only the commands side uses it.
+type changelogReader struct {
+	cl                  *kgo.Client
+	adm                 *kadm.Client
+	topic               string
+	signalPartitions    int32
+	changelogPartitions int32
+	kp                  keyPartition
+	log                 *slog.Logger
+}
+
+// windows reads the changelog, read_committed, up to its last stable
 // offsets as they are now, and returns the late-leave windows of the users
 // of signals partition part, merged per leave: the latest
 // forwarded_through, exact only if every record said so. Every record of a
 // user counts, not only the latest: a record written by an owner that had
 // not recovered a window must not hide it.
-func (a *applier) readWindows(ctx context.Context, part int32) (map[uint64][]membership.LateLeave, recoveryStats, error) {
+func (cr *changelogReader) windows(ctx context.Context, part int32) (map[uint64][]membership.LateLeave, recoveryStats, error) {
 	var st recoveryStats
-	topic := string(a.p.cfg.Topics.Changelog)
+	topic := cr.topic
 	parts := []int32{part}
-	if a.p.changelogPartitions != a.p.signalPartitions {
+	if cr.changelogPartitions != cr.signalPartitions {
 		parts = parts[:0]
-		for i := range a.p.changelogPartitions {
+		for i := range cr.changelogPartitions {
 			parts = append(parts, i)
 		}
 	}
-	starts, err := a.p.adm.ListStartOffsets(ctx, topic)
+	starts, err := cr.adm.ListStartOffsets(ctx, topic)
 	if err != nil {
 		return nil, st, fmt.Errorf("listing the changelog's start offsets: %w", err)
 	}
-	ends, err := a.p.adm.ListCommittedOffsets(ctx, topic)
+	ends, err := cr.adm.ListCommittedOffsets(ctx, topic)
 	if err != nil {
 		return nil, st, fmt.Errorf("listing the changelog's end offsets: %w", err)
 	}
@@ -166,9 +186,7 @@ func (a *applier) readWindows(ctx context.Context, part int32) (map[uint64][]mem
 	}
 	byUser := make(map[uint64]map[uint64]membership.LateLeave)
 	if len(want) > 0 {
-		// One client for every recovery, made at start: a Kafka client
-		// made mid-run would share the metrics hooks with running ones.
-		cl := a.p.recov
+		cl := cr.cl
 		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
 		defer cl.RemoveConsumePartitions(map[string][]int32{topic: parts})
 		for len(want) > 0 {
@@ -189,13 +207,13 @@ func (a *applier) readWindows(ctx context.Context, part int32) (map[uint64][]mem
 					return
 				}
 				user, err := topics.ParseUserID(r.Key)
-				if err != nil || a.kp.of(r.Key, a.p.signalPartitions) != part {
+				if err != nil || cr.kp.of(r.Key, cr.signalPartitions) != part {
 					return
 				}
 				st.records++
 				rec, err := topics.DecodeMemberRecord(r.Value)
 				if err != nil {
-					a.p.log.Warn("changelog record that does not decode; its windows, if any, are lost",
+					cr.log.Warn("changelog record that does not decode; its windows, if any, are lost",
 						"partition", r.Partition, "offset", r.Offset, "err", err)
 					return
 				}

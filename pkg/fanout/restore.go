@@ -31,43 +31,38 @@ type restoreBatch struct {
 	eps   []gate.Episode
 }
 
-// restoreGate rebuilds the gate from the store before anything is
-// consumed. Reading and decoding the store and inserting into the gate each
-// take about half of a restore on one core (the inserts are a cache miss
-// each at millions of members), so they run side by side: the scan in one
-// goroutine, the inserts in another, joined by restoreBatches reused
-// batches. Both exit before restoreGate returns, also on error.
-func (p *Processor) restoreGate(ctx context.Context) error {
+// restoreGate rebuilds g from store before anything is consumed. Reading
+// and decoding the store and inserting into the gate each take about half
+// of a restore on one core (the inserts are a cache miss each at millions
+// of members), so they run side by side: the scan in one goroutine, the
+// inserts in another, joined by restoreBatches reused batches. Both exit
+// before restoreGate returns, also on error.
+func restoreGate(ctx context.Context, store Store, g *gate.Map) (RestoredInfo, error) {
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
+	eg, gctx := errgroup.WithContext(ctx)
 	full := make(chan *restoreBatch, restoreBatches)
 	free := make(chan *restoreBatch, restoreBatches)
 	for range restoreBatches {
 		free <- &restoreBatch{}
 	}
 	var st membership.RestoreStats
-	g.Go(func() error {
+	eg.Go(func() error {
 		defer close(full)
 		var err error
-		st, err = p.scanStore(gctx, full, free)
+		st, err = scanStore(gctx, store, full, free)
 		return err
 	})
-	g.Go(func() error { return p.insertRestored(full, free) })
-	if err := g.Wait(); err != nil {
-		return fmt.Errorf("unable to restore the gate from the store: %w", err)
+	eg.Go(func() error { return insertRestored(g, full, free) })
+	if err := eg.Wait(); err != nil {
+		return RestoredInfo{}, fmt.Errorf("unable to restore the gate from the store: %w", err)
 	}
-	took := time.Since(start)
-	p.m.restoreSeconds.Set(took.Seconds())
-	p.log.Info("restored membership state", "members", st.Members, "episodes", st.Episodes,
-		"took", took.String(), "scan", st.Duration.String())
-	p.restored.Store(true)
-	return nil
+	return RestoredInfo{Members: st.Members, Episodes: st.Episodes, Took: time.Since(start), Scan: st.Duration}, nil
 }
 
 // scanStore reads every member of the store into batches taken from free
 // and sends them, filled, to full. Users with only a note are skipped:
 // absent from the gate is Active.
-func (p *Processor) scanStore(ctx context.Context, full chan<- *restoreBatch, free <-chan *restoreBatch) (membership.RestoreStats, error) {
+func scanStore(ctx context.Context, store Store, full chan<- *restoreBatch, free <-chan *restoreBatch) (membership.RestoreStats, error) {
 	b := <-free // free holds restoreBatches batches and no one else has taken one
 	send := func() error {
 		select {
@@ -84,7 +79,7 @@ func (p *Processor) scanStore(ctx context.Context, full chan<- *restoreBatch, fr
 		return nil
 	}
 	var eps []membership.Episode
-	st, err := p.store.Restore(ctx, func(m membership.Member) error {
+	st, err := store.Restore(ctx, func(m membership.Member) error {
 		eps = m.Episodes(eps[:0])
 		if len(eps) == 0 {
 			return nil
@@ -106,11 +101,11 @@ func (p *Processor) scanStore(ctx context.Context, full chan<- *restoreBatch, fr
 // insertRestored sets each member of each batch from full in the gate and
 // returns the batch to free, until full is closed. Sending to free never
 // blocks: it has room for every batch there is.
-func (p *Processor) insertRestored(full <-chan *restoreBatch, free chan<- *restoreBatch) error {
+func insertRestored(g *gate.Map, full <-chan *restoreBatch, free chan<- *restoreBatch) error {
 	for b := range full {
 		from := 0
 		for i, u := range b.users {
-			if err := p.gate.Set(u, b.eps[from:b.ends[i]]); err != nil {
+			if err := g.Set(u, b.eps[from:b.ends[i]]); err != nil {
 				return err
 			}
 			from = b.ends[i]

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
 	"github.com/cohortgate/cohortgate/pkg/membership"
@@ -15,15 +14,6 @@ import (
 
 // restoreUsers is enough members to fill several batches and a partial one.
 const restoreUsers = 3*restoreChunk + 17
-
-func newRestoreProcessor(t *testing.T, store Store) *Processor {
-	t.Helper()
-	p, err := New(Config{Brokers: []string{"127.0.0.1:1"}, Registerer: prometheus.NewRegistry()}, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // TestRestoreGate checks that every member of the store, with however many
 // episodes, reaches the gate intact through the two-goroutine restore.
@@ -53,15 +43,13 @@ func TestRestoreGate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := newRestoreProcessor(t, store)
-	if err := p.restoreGate(context.Background()); err != nil {
+	g := gate.New()
+	info, err := restoreGate(context.Background(), store, g)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.restored.Load() {
-		t.Fatal("restored is false after a successful restore")
-	}
-	if p.gate.Len() != restoreUsers {
-		t.Fatalf("gate holds %d users, want %d", p.gate.Len(), restoreUsers)
+	if info.Members != restoreUsers || g.Len() != restoreUsers {
+		t.Fatalf("restored %d members, gate holds %d users; want %d", info.Members, g.Len(), restoreUsers)
 	}
 	for u := uint64(1); u <= restoreUsers; u++ {
 		m, err := store.Member(u)
@@ -69,7 +57,7 @@ func TestRestoreGate(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := gateEpisodes(nil, m.Episodes(nil))
-		if got := p.gate.Episodes(u, nil); !slices.Equal(got, want) {
+		if got := g.Episodes(u, nil); !slices.Equal(got, want) {
 			t.Fatalf("user %d: gate has %v, store has %v", u, got, want)
 		}
 	}
@@ -134,13 +122,9 @@ func TestRestoreGateErrors(t *testing.T) {
 					return tc.member(i)
 				}
 			}
-			p := newRestoreProcessor(t, fakeRestore{n: restoreUsers * 4, member: member, checkCtx: tc.cancel})
-			err := p.restoreGate(ctx)
+			_, err := restoreGate(ctx, fakeRestore{n: restoreUsers * 4, member: member, checkCtx: tc.cancel}, gate.New())
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("restoreGate = %v, want an error wrapping %v", err, tc.want)
-			}
-			if p.restored.Load() {
-				t.Fatal("restored is true after a failed restore")
 			}
 		})
 	}

@@ -12,44 +12,111 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// session is the signals side of the processor: a consumer-group member
-// that consumes signals and produces what they become, in cycles. A cycle
-// begins, produces, and ends by committing the signals offsets it was given
-// (together with its output when transactional) or by discarding its work.
+// session is the signals side's consumer-group member: it consumes signals
+// and produces what they become, in cycles. A cycle begins, produces, and
+// ends (see Outcome). With ExactlyOnce a cycle is a Kafka transaction
+// (txnSession); without, its offsets are committed after its output is
+// acknowledged (plainSession).
 //
-// A session is used by the main loop only; group callbacks run on the
+// A session is used by the signals loop only; group callbacks run on the
 // client's goroutines.
 type session interface {
 	client() *kgo.Client
 	poll(ctx context.Context, max int) kgo.Fetches
 	begin() error
 	produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
-	// end finishes the cycle. With commit it flushes and, unless a
-	// produce in the cycle failed, commits the signals offsets: one past
-	// the last polled record of each partition, except for a partition
-	// whose position is held: its first undecided record is committed so
-	// that it is fetched again after a crash. Each position's meta is
-	// committed as the offset's metadata. committed reports whether the cycle's output and
-	// offsets are now durable. On !committed with a nil error, the
-	// caller must drop every fetched, undecided record and rewind the
-	// fetch positions to the committed offsets. A non-nil
-	// error means the outcome is unknown and the session must be closed
-	// and replaced.
-	end(ctx context.Context, commit bool, pos map[int32]position) (committed bool, err error)
+	// end flushes what the cycle produced and, unless a produce failed,
+	// commits the offsets planCommit makes of pos. The error says why the
+	// outcome is not Committed or Aborted.
+	end(ctx context.Context, pos map[int32]position) (Outcome, error)
 	allowRebalance()
 	close()
 }
 
-// position is what the main loop wants committed for one partition.
+// Outcome is how a cycle ended. It decides what becomes of the cycle's
+// output, its outbox records and its signals; loop.end is the one place
+// that acts on it.
+type Outcome uint8
+
+// The outcomes.
+const (
+	// Committed: the output and the offsets are durable together.
+	Committed Outcome = iota + 1
+	// Aborted: nothing is durable; the cycle's signals are fetched and
+	// decided again, its outbox records produced again.
+	Aborted
+	// OutputOnly: the output was acknowledged but the offsets were not
+	// committed (without ExactlyOnce): the signals are processed again by
+	// their next owner, at least once.
+	OutputOnly
+	// Unknown: ending the transaction failed and its outcome is unknown;
+	// the session must be replaced.
+	Unknown
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Committed:
+		return "committed"
+	case Aborted:
+		return "aborted"
+	case OutputOnly:
+		return "output only"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// outputDurable reports whether the cycle's output reached Kafka for good:
+// its outbox records are delivered and its refusals settled.
+func (o Outcome) outputDurable() bool { return o == Committed || o == OutputOnly }
+
+// position is what the signals loop wants committed for one partition.
 type position struct {
 	held bool            // at is the first undecided record; commit it instead of the poll head
 	at   kgo.EpochOffset // valid when held
-	meta string          // offset metadata: the partition's highest decided event time and judged commands
+	meta string          // offset metadata: see claim.meta
 	// refresh asks for the metadata to be committed even when no record of
 	// the partition was polled in the cycle (at its committed offset): a
 	// partition without new signals still applies commands, and its next
 	// owner must know how far they were judged.
 	refresh bool
+}
+
+// planned is what a cycle commits for one signals partition.
+type planned struct {
+	at      kgo.EpochOffset
+	meta    string
+	hasMeta bool // false for a partition without a position (its lane is gone): franz-go's metadata stays
+}
+
+// planCommit is what a cycle commits, the same for both kinds of session:
+// for each partition polled in the cycle (uncommitted: one past its last
+// polled record, which also steps over transaction markers), that offset,
+// or, for a partition whose position is held, its first undecided record,
+// so that held signals are fetched again after a crash; and for a
+// partition not polled whose metadata asks for a refresh, its committed
+// offset again, if it has one. Every entry carries its position's
+// metadata.
+func planCommit(uncommitted, committed map[int32]kgo.EpochOffset, pos map[int32]position) map[int32]planned {
+	plan := make(map[int32]planned, len(uncommitted))
+	for part, at := range uncommitted {
+		ps, ok := pos[part]
+		if ps.held {
+			at = ps.at
+		}
+		plan[part] = planned{at: at, meta: ps.meta, hasMeta: ok}
+	}
+	for part, ps := range pos {
+		if _, polled := plan[part]; polled || !ps.refresh {
+			continue
+		}
+		if c, ok := committed[part]; ok {
+			plan[part] = planned{at: c, meta: ps.meta, hasMeta: true}
+		}
+	}
+	return plan
 }
 
 // failures counts produce errors of the current cycle.
@@ -103,68 +170,66 @@ func (t *txnSession) produce(ctx context.Context, r *kgo.Record, promise func(*k
 // a rebalance but not on failed produces, and would commit the input
 // offsets of output that never landed. Counting failures after our own
 // flush closes that gap.
-func (t *txnSession) end(ctx context.Context, commit bool, pos map[int32]position) (bool, error) {
+func (t *txnSession) end(ctx context.Context, pos map[int32]position) (Outcome, error) {
 	defer t.failed.n.Store(0)
-	if commit {
-		if err := t.s.Client().Flush(ctx); err != nil {
-			return false, fmt.Errorf("unable to flush transaction: %w", err)
-		}
+	if err := t.s.Client().Flush(ctx); err != nil {
+		return Unknown, fmt.Errorf("unable to flush transaction: %w", err)
 	}
-	try := kgo.TransactionEndTry(commit && t.failed.n.Load() == 0)
-	committed := t.s.Client().CommittedOffsets()[t.topic]
+	cl := t.s.Client()
+	plan := planCommit(cl.UncommittedOffsets()[t.topic], cl.CommittedOffsets()[t.topic], pos)
 	ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
-		rewriteTxnOffsets(req, t.topic, pos, committed)
+		applyPlan(req, t.topic, plan)
 		return nil
 	})
 	ctx, cancel := context.WithTimeout(ctx, t.endTimeout)
 	defer cancel()
-	ok, err := t.s.End(ctx, try)
-	if err != nil {
-		return false, fmt.Errorf("unable to end transaction: %w", err)
+	committed, err := t.s.End(ctx, kgo.TransactionEndTry(t.failed.n.Load() == 0))
+	switch {
+	case err != nil:
+		return Unknown, fmt.Errorf("unable to end transaction: %w", err)
+	case !committed:
+		return Aborted, nil
 	}
-	return ok, nil
+	return Committed, nil
 }
 
-// rewriteTxnOffsets replaces the offset franz-go would commit for a held
-// partition (one past the last polled record) with its first undecided
-// record: signals still held for alignment must be fetched again after a
-// crash. Other partitions keep franz-go's offset, which also steps over
-// transaction markers that never reach the caller.
-//
-// A partition asking for a refresh of its metadata that franz-go has no
-// new offset for is added at its committed offset, if it has one.
-func rewriteTxnOffsets(req *kmsg.TxnOffsetCommitRequest, topic string, pos map[int32]position, committed map[int32]kgo.EpochOffset) {
-	seen := make(map[int32]bool, len(pos))
+// applyPlan makes the TxnOffsetCommit franz-go is about to send for topic
+// commit exactly plan: franz-go's offsets for the partitions it knows,
+// rewritten where the plan says otherwise, and the partitions it does not
+// know added.
+func applyPlan(req *kmsg.TxnOffsetCommitRequest, topic string, plan map[int32]planned) {
 	ti := -1
 	for i := range req.Topics {
-		t := &req.Topics[i]
-		if t.Topic != topic {
-			continue
+		if req.Topics[i].Topic == topic {
+			ti = i
 		}
-		ti = i
-		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			seen[p.Partition] = true
-			if o, ok := pos[p.Partition]; ok {
-				if o.held {
-					p.Offset, p.LeaderEpoch = o.at.Offset, o.at.Epoch
-				}
-				p.Metadata = kmsg.StringPtr(o.meta)
+	}
+	if ti < 0 {
+		if len(plan) == 0 {
+			return
+		}
+		req.Topics = append(req.Topics, kmsg.TxnOffsetCommitRequestTopic{Topic: topic})
+		ti = len(req.Topics) - 1
+	}
+	t := &req.Topics[ti]
+	seen := make(map[int32]bool, len(t.Partitions))
+	for j := range t.Partitions {
+		p := &t.Partitions[j]
+		seen[p.Partition] = true
+		if pl, ok := plan[p.Partition]; ok {
+			p.Offset, p.LeaderEpoch = pl.at.Offset, pl.at.Epoch
+			if pl.hasMeta {
+				p.Metadata = kmsg.StringPtr(pl.meta)
 			}
 		}
 	}
-	for part, o := range pos {
-		c, ok := committed[part]
-		if seen[part] || !o.refresh || !ok {
+	for part, pl := range plan {
+		if seen[part] {
 			continue
 		}
-		if ti < 0 {
-			req.Topics = append(req.Topics, kmsg.TxnOffsetCommitRequestTopic{Topic: topic})
-			ti = len(req.Topics) - 1
-		}
 		p := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-		p.Partition, p.Offset, p.LeaderEpoch, p.Metadata = part, c.Offset, c.Epoch, kmsg.StringPtr(o.meta)
-		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, p)
+		p.Partition, p.Offset, p.LeaderEpoch, p.Metadata = part, pl.at.Offset, pl.at.Epoch, kmsg.StringPtr(pl.meta)
+		t.Partitions = append(t.Partitions, p)
 	}
 }
 
@@ -174,12 +239,6 @@ func (t *txnSession) allowRebalance() { t.s.AllowRebalance() }
 // timed out, franz-go's group loop may be waiting for it, and Close would
 // wait for the group loop.
 func (t *txnSession) close() { t.s.CloseAllowingRebalance() }
-
-// errOffsetsNotCommitted is a plain session's report that everything
-// produced in the cycle was acknowledged but the offset commit failed: the
-// records will be processed again by whoever owns them next, at least once
-// as promised.
-var errOffsetsNotCommitted = errors.New("fanout: output acknowledged, offsets not committed")
 
 // plainSession forwards at least once: offsets are committed only after
 // everything produced in the cycle is acknowledged.
@@ -209,42 +268,36 @@ func (p *plainSession) produce(ctx context.Context, r *kgo.Record, promise func(
 	p.cl.Produce(ctx, r, p.failed.wrap(promise))
 }
 
-func (p *plainSession) end(ctx context.Context, commit bool, pos map[int32]position) (bool, error) {
+func (p *plainSession) end(ctx context.Context, pos map[int32]position) (Outcome, error) {
 	defer p.failed.n.Store(0)
 	if err := p.cl.Flush(ctx); err != nil {
-		return false, fmt.Errorf("unable to flush: %w", err)
+		return Unknown, fmt.Errorf("unable to flush: %w", err)
 	}
-	offsets := p.cl.UncommittedOffsets()[p.topic]
-	if !commit || p.failed.n.Load() > 0 {
-		return false, nil // the caller rewinds
+	if p.failed.n.Load() > 0 {
+		return Aborted, nil
 	}
-	if offsets == nil {
-		offsets = make(map[int32]kgo.EpochOffset)
+	plan := planCommit(p.cl.UncommittedOffsets()[p.topic], p.cl.CommittedOffsets()[p.topic], pos)
+	if len(plan) == 0 {
+		return Committed, nil
 	}
-	committed := p.cl.CommittedOffsets()[p.topic]
-	for part, o := range pos {
-		_, ok := offsets[part]
-		switch c, known := committed[part]; {
-		case ok && o.held:
-			offsets[part] = o.at
-		case !ok && o.refresh && known:
-			offsets[part] = c // metadata only: see position.refresh
-		}
+	offsets := make(map[int32]kgo.EpochOffset, len(plan))
+	for part, pl := range plan {
+		offsets[part] = pl.at
 	}
 	ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
 		for i := range req.Topics {
+			if req.Topics[i].Topic != p.topic {
+				continue
+			}
 			for j := range req.Topics[i].Partitions {
 				part := &req.Topics[i].Partitions[j]
-				if o, ok := pos[part.Partition]; ok && req.Topics[i].Topic == p.topic {
-					part.Metadata = kmsg.StringPtr(o.meta)
+				if pl, ok := plan[part.Partition]; ok && pl.hasMeta {
+					part.Metadata = kmsg.StringPtr(pl.meta)
 				}
 			}
 		}
 		return nil
 	})
-	if len(offsets) == 0 {
-		return true, nil
-	}
 	var commitErr error
 	p.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{p.topic: offsets},
 		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
@@ -254,9 +307,9 @@ func (p *plainSession) end(ctx context.Context, commit bool, pos map[int32]posit
 			}
 		})
 	if commitErr != nil {
-		return false, fmt.Errorf("%w: %w", errOffsetsNotCommitted, commitErr)
+		return OutputOnly, fmt.Errorf("offsets not committed: %w", commitErr)
 	}
-	return true, nil
+	return Committed, nil
 }
 
 func (p *plainSession) allowRebalance() { p.cl.AllowRebalance() }
@@ -275,3 +328,7 @@ func offsetCommitError(resp *kmsg.OffsetCommitResponse) error {
 	}
 	return nil
 }
+
+// errReplaceSession asks Run to close the session and make a new one: the
+// outcome of a transaction is unknown.
+var errReplaceSession = errors.New("fanout: session must be replaced")

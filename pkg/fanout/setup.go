@@ -39,62 +39,82 @@ func (e *MissingTopicsError) Error() string {
 		strings.Join(e.Topics, ", "))
 }
 
-// connect makes the admin and commands clients and checks the topics.
-func (p *Processor) connect(ctx context.Context) error {
-	base := p.clientOpts("cohortgate-admin")
-	admCl, err := kgo.NewClient(base...)
-	if err != nil {
-		return fmt.Errorf("unable to create admin client: %w", err)
-	}
-	p.admCl, p.adm = admCl, kadm.NewClient(admCl)
-	details, err := ensureTopics(ctx, p.adm, p.cfg, p.log)
-	if err != nil {
-		p.adm.Close()
-		return err
-	}
-	p.signalPartitions = int32(len(details[string(p.cfg.Topics.Signals)].Partitions))
-	p.changelogPartitions = int32(len(details[string(p.cfg.Topics.Changelog)].Partitions))
-	if p.lim, err = readLimits(ctx, p.adm, p.cfg.Topics); err != nil {
-		p.adm.Close()
-		return err
-	}
-	p.cmds, err = kgo.NewClient(append(p.clientOpts("cohortgate-commands"),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-	)...)
-	if err != nil {
-		p.adm.Close()
-		return fmt.Errorf("unable to create commands consumer: %w", err)
-	}
-	// The changelog reader of window recovery (recover.go): it consumes
-	// nothing until a recovery adds partitions.
-	p.recov, err = kgo.NewClient(append(p.clientOpts("cohortgate-recovery"),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-	)...)
-	if err != nil {
-		p.cmds.Close()
-		p.adm.Close()
-		return fmt.Errorf("unable to create changelog reader: %w", err)
-	}
-	return nil
+// kafka is the processor's view of the cluster, made once by connect: its
+// clients other than the signals session's, what the topics look like,
+// and their size limits.
+type kafka struct {
+	admCl *kgo.Client  // admin requests, and the tracker's listings (listEnds)
+	adm   *kadm.Client // admCl's admin client
+	cmds  *kgo.Client  // the commands consumer
+	recov *kgo.Client  // the changelog reader of window recovery
+
+	signalPartitions    int32 // of both input topics
+	changelogPartitions int32
+	lim                 limits
 }
 
-func (p *Processor) clientOpts(id string) []kgo.Opt {
+func (k *kafka) close() {
+	k.recov.Close()
+	k.cmds.Close()
+	k.adm.Close()
+}
+
+// connect makes the clients and checks the topics (creating them when
+// allowed); lim is filled with their size limits before any producer
+// reads it.
+func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
+	admCl, err := kgo.NewClient(clientOpts(cfg, lim, "cohortgate-admin")...)
+	if err != nil {
+		return nil, fmt.Errorf("unable to create admin client: %w", err)
+	}
+	k := &kafka{admCl: admCl, adm: kadm.NewClient(admCl)}
+	details, err := ensureTopics(ctx, k.adm, *cfg, cfg.Logger)
+	if err != nil {
+		k.adm.Close()
+		return nil, err
+	}
+	k.signalPartitions = int32(len(details[string(cfg.Topics.Signals)].Partitions))
+	k.changelogPartitions = int32(len(details[string(cfg.Topics.Changelog)].Partitions))
+	if *lim, err = readLimits(ctx, k.adm, cfg.Topics); err != nil {
+		k.adm.Close()
+		return nil, err
+	}
+	k.lim = *lim
+	consumer := func(id string) []kgo.Opt {
+		return append(clientOpts(cfg, lim, id),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.KeepControlRecords(),
+			kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		)
+	}
+	if k.cmds, err = kgo.NewClient(consumer("cohortgate-commands")...); err != nil {
+		k.adm.Close()
+		return nil, fmt.Errorf("unable to create commands consumer: %w", err)
+	}
+	// It consumes nothing until a recovery adds partitions.
+	if k.recov, err = kgo.NewClient(consumer("cohortgate-recovery")...); err != nil {
+		k.cmds.Close()
+		k.adm.Close()
+		return nil, fmt.Errorf("unable to create changelog reader: %w", err)
+	}
+	return k, nil
+}
+
+// clientOpts are the options of every client the processor makes. lim is
+// read when a producer first meets a topic, by then filled by connect.
+func clientOpts(cfg *Config, lim *limits, id string) []kgo.Opt {
 	return append([]kgo.Opt{
-		kgo.SeedBrokers(p.cfg.Brokers...),
+		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(id),
 		kgo.RecordPartitioner(newPartitioner()),
 		// What a topic takes, the producer takes: a record the broker would
 		// accept is never refused by the client, and one it would refuse
 		// is caught before producing (see limits).
 		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
-			return int32(min(max(p.lim.of(topic), 512), maxProducerBatchBytes))
+			return int32(min(max(lim.of(topic), 512), maxProducerBatchBytes))
 		}),
 		kgo.BrokerMaxWriteBytes(maxProducerBatchBytes + 1<<20),
-	}, p.cfg.KafkaOpts...)
+	}, cfg.KafkaOpts...)
 }
 
 // maxProducerBatchBytes caps the producer's batches whatever a topic

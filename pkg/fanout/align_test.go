@@ -2,8 +2,17 @@ package fanout
 
 import "testing"
 
-func TestWatermarksThrough(t *testing.T) {
-	w := newWatermarks(8)
+// alignmentOf returns an alignment of partition 0, assigned at 0, that
+// keeps limit observations.
+func alignmentOf(limit int) *alignment {
+	a := &alignment{}
+	a.init(0, 0, 0)
+	a.obs.limit = limit
+	return a
+}
+
+func TestAlignmentThrough(t *testing.T) {
+	w := alignmentOf(8)
 	for _, o := range []observation{{100, 5}, {200, 7}, {300, 7}, {400, 12}} {
 		if _, regressed := w.observe(o); regressed {
 			t.Fatalf("observe(%+v) regressed", o)
@@ -36,14 +45,14 @@ func TestWatermarksThrough(t *testing.T) {
 	}
 }
 
-func TestWatermarksObserve(t *testing.T) {
-	w := newWatermarks(2)
+func TestAlignmentObserve(t *testing.T) {
+	w := alignmentOf(2)
 	w.observe(observation{100, 5})
 	if _, regressed := w.observe(observation{90, 6}); regressed {
 		t.Fatal("an older send is ignored, not a regression")
 	}
-	if o, _ := w.newest(); o != (observation{100, 5}) {
-		t.Fatalf("newest = %+v after an out-of-order send", o)
+	if got := w.obs.list; len(got) != 1 || got[0] != (observation{100, 5}) {
+		t.Fatalf("observations %+v after an out-of-order send", got)
 	}
 	prev, regressed := w.observe(observation{200, 4})
 	if !regressed || prev != 5 {

@@ -1,0 +1,339 @@
+package fanout
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// EventListener receives what the processor does that someone may want to
+// count, log or audit: one optional func per kind of event, each with an
+// info struct, as Pebble's EventListener. The processor's metrics and
+// logs are listeners themselves; Config.EventListener adds the caller's
+// (a test, an audit sink), and TeeEventListener combines listeners.
+//
+// A func is called on whichever goroutine sees the event (the signals
+// loop, the commands side, the tracker, the group callbacks, franz-go's
+// promise goroutine) and possibly concurrently with other funcs: it must
+// be safe for that, fast, and must not block. No event is sent per
+// forwarded or dropped signal: those are counted by the metrics directly,
+// off any func call.
+type EventListener struct {
+	// PartitionsAssigned: the instance took partitions over; their signals
+	// wait until their commands catch up.
+	PartitionsAssigned func(PartitionsInfo)
+	// PartitionsRevoked: the instance gave partitions up.
+	PartitionsRevoked func(PartitionsInfo)
+	// CaughtUp: a partition's commands were applied through an end offset
+	// observed after its assignment: it forwards.
+	CaughtUp func(CaughtUpInfo)
+	// OpenTransaction: a partition's commands became held by a transaction
+	// left open on them (Held 0 when the hold starts), are still held
+	// (every ten seconds), or no longer are (Ended).
+	OpenTransaction func(OpenTransactionInfo)
+	// CommandApplied: a command reached the store (rule C5 on).
+	CommandApplied func(CommandInfo)
+	// LateLeave: a leave came after signals of the user in its episode were
+	// forwarded; the window is recorded for the purge job.
+	LateLeave func(LateLeaveInfo)
+	// WindowsRecovered: a new owner read the windows its predecessors wrote
+	// from the changelog.
+	WindowsRecovered func(WindowsRecoveredInfo)
+	// Misrouted: a record was found outside its key's partition and
+	// re-published there.
+	Misrouted func(MisroutedInfo)
+	// DeadLetter: a record went to the DLQ.
+	DeadLetter func(DeadLetterInfo)
+	// ProduceFailed: the broker did not take a record; the cycle it belongs
+	// to does not commit.
+	ProduceFailed func(ProduceFailedInfo)
+	// CycleEnd: a cycle (a transaction) ended.
+	CycleEnd func(CycleInfo)
+	// Restored: the gate was rebuilt from the local store at start.
+	Restored func(RestoredInfo)
+}
+
+// PartitionsInfo lists partitions (of both input topics) that changed
+// hands.
+type PartitionsInfo struct{ Partitions []int32 }
+
+func (i PartitionsInfo) String() string { return fmt.Sprintf("partitions %v", i.Partitions) }
+
+// CaughtUpInfo is a partition that caught up with its commands.
+type CaughtUpInfo struct {
+	Partition int32
+	Applied   int64         // the commands offset applied through
+	Took      time.Duration // since its assignment
+}
+
+func (i CaughtUpInfo) String() string {
+	return fmt.Sprintf("partition %d caught up with its commands at offset %d in %v", i.Partition, i.Applied, i.Took)
+}
+
+// OpenTransactionInfo is a commands partition held by an open transaction.
+type OpenTransactionInfo struct {
+	Partition        int32
+	Held             time.Duration // how long so far (or in all, when Ended)
+	LastStableOffset int64
+	HighWatermark    int64
+	Ended            bool
+}
+
+func (i OpenTransactionInfo) String() string {
+	if i.Ended {
+		return fmt.Sprintf("commands partition %d no longer held by an open transaction (held %v)", i.Partition, i.Held)
+	}
+	return fmt.Sprintf("commands partition %d held by an open transaction for %v (last stable offset %d, high watermark %d)",
+		i.Partition, i.Held, i.LastStableOffset, i.HighWatermark)
+}
+
+// CommandInfo is a command applied to the store.
+type CommandInfo struct {
+	Op     topics.Op
+	Result string // "changed", "noop" or "duplicate"
+}
+
+func (i CommandInfo) String() string { return fmt.Sprintf("%s command %s", i.Op, i.Result) }
+
+// LateLeaveInfo is a late leave and the window recorded for it. UserID is
+// for the caller's own use: the logging listener leaves it out of logs.
+type LateLeaveInfo struct {
+	Partition int32
+	Offset    int64 // of the command
+	UserID    uint64
+	Window    topics.LateLeave
+}
+
+func (i LateLeaveInfo) String() string {
+	return fmt.Sprintf("late leave at commands partition %d offset %d: window [%d, %d] exact %v",
+		i.Partition, i.Offset, i.Window.LeftAtNs, i.Window.ForwardedThroughNs, i.Window.Exact)
+}
+
+// WindowsRecoveredInfo is one partition's window recovery.
+type WindowsRecoveredInfo struct {
+	Partition      int32
+	Records        int // changelog records of the partition's users read
+	Windows        int
+	AwaitingReplay int // windows whose episode the store does not hold yet
+	Took           time.Duration
+	Skipped        bool // UnsafeNoWindowRecovery
+}
+
+func (i WindowsRecoveredInfo) String() string {
+	if i.Skipped {
+		return fmt.Sprintf("partition %d: late-leave windows NOT recovered (unsafe)", i.Partition)
+	}
+	return fmt.Sprintf("partition %d: %d windows recovered from %d changelog records in %v, %d awaiting replay",
+		i.Partition, i.Windows, i.Records, i.Took, i.AwaitingReplay)
+}
+
+// Event sources: which input a record came from.
+const (
+	SourceSignals  = "signals"
+	SourceCommands = "commands"
+)
+
+// MisroutedInfo is a record found outside its key's partition.
+type MisroutedInfo struct {
+	Source    string // SourceSignals or SourceCommands
+	Topic     string
+	Partition int32 // where it was found
+	Offset    int64
+	Want      int32 // its key's partition, where it was re-published
+}
+
+func (i MisroutedInfo) String() string {
+	return fmt.Sprintf("%s %s[%d] offset %d in the wrong partition, re-published to %d", i.Source, i.Topic, i.Partition, i.Offset, i.Want)
+}
+
+// DeadLetterInfo is a record sent to the DLQ.
+type DeadLetterInfo struct {
+	Source    string // SourceSignals or SourceCommands
+	Reason    topics.Reason
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+func (i DeadLetterInfo) String() string {
+	return fmt.Sprintf("%s %s[%d] offset %d dead-lettered: %s: %v", i.Source, i.Topic, i.Partition, i.Offset, i.Reason, i.Err)
+}
+
+// ProduceFailedInfo is a record the broker did not take.
+type ProduceFailedInfo struct {
+	Topic string
+	Err   error
+	// Refused says the broker refused the record for a reason of its own:
+	// it will be settled otherwise when met again (see poison.go).
+	Refused bool
+}
+
+func (i ProduceFailedInfo) String() string {
+	return fmt.Sprintf("produce to %s failed (refused for itself: %v): %v", i.Topic, i.Refused, i.Err)
+}
+
+// CycleInfo is the end of a cycle.
+type CycleInfo struct {
+	Outcome Outcome
+	Err     error // the reason for OutputOnly and Unknown
+}
+
+func (i CycleInfo) String() string { return fmt.Sprintf("cycle %v: %v", i.Outcome, i.Err) }
+
+// RestoredInfo is the rebuild of the gate at start.
+type RestoredInfo struct {
+	Members, Episodes int
+	Took, Scan        time.Duration
+}
+
+func (i RestoredInfo) String() string {
+	return fmt.Sprintf("restored %d members, %d episodes in %v", i.Members, i.Episodes, i.Took)
+}
+
+// EnsureDefaults fills every nil func with a no-op and returns l.
+func (l *EventListener) EnsureDefaults() *EventListener {
+	if l.PartitionsAssigned == nil {
+		l.PartitionsAssigned = func(PartitionsInfo) {}
+	}
+	if l.PartitionsRevoked == nil {
+		l.PartitionsRevoked = func(PartitionsInfo) {}
+	}
+	if l.CaughtUp == nil {
+		l.CaughtUp = func(CaughtUpInfo) {}
+	}
+	if l.OpenTransaction == nil {
+		l.OpenTransaction = func(OpenTransactionInfo) {}
+	}
+	if l.CommandApplied == nil {
+		l.CommandApplied = func(CommandInfo) {}
+	}
+	if l.LateLeave == nil {
+		l.LateLeave = func(LateLeaveInfo) {}
+	}
+	if l.WindowsRecovered == nil {
+		l.WindowsRecovered = func(WindowsRecoveredInfo) {}
+	}
+	if l.Misrouted == nil {
+		l.Misrouted = func(MisroutedInfo) {}
+	}
+	if l.DeadLetter == nil {
+		l.DeadLetter = func(DeadLetterInfo) {}
+	}
+	if l.ProduceFailed == nil {
+		l.ProduceFailed = func(ProduceFailedInfo) {}
+	}
+	if l.CycleEnd == nil {
+		l.CycleEnd = func(CycleInfo) {}
+	}
+	if l.Restored == nil {
+		l.Restored = func(RestoredInfo) {}
+	}
+	return l
+}
+
+// TeeEventListener returns a listener that calls a, then b, for every
+// event. Both are defaulted first.
+func TeeEventListener(a, b EventListener) EventListener {
+	a.EnsureDefaults()
+	b.EnsureDefaults()
+	return EventListener{
+		PartitionsAssigned: func(i PartitionsInfo) { a.PartitionsAssigned(i); b.PartitionsAssigned(i) },
+		PartitionsRevoked:  func(i PartitionsInfo) { a.PartitionsRevoked(i); b.PartitionsRevoked(i) },
+		CaughtUp:           func(i CaughtUpInfo) { a.CaughtUp(i); b.CaughtUp(i) },
+		OpenTransaction:    func(i OpenTransactionInfo) { a.OpenTransaction(i); b.OpenTransaction(i) },
+		CommandApplied:     func(i CommandInfo) { a.CommandApplied(i); b.CommandApplied(i) },
+		LateLeave:          func(i LateLeaveInfo) { a.LateLeave(i); b.LateLeave(i) },
+		WindowsRecovered:   func(i WindowsRecoveredInfo) { a.WindowsRecovered(i); b.WindowsRecovered(i) },
+		Misrouted:          func(i MisroutedInfo) { a.Misrouted(i); b.Misrouted(i) },
+		DeadLetter:         func(i DeadLetterInfo) { a.DeadLetter(i); b.DeadLetter(i) },
+		ProduceFailed:      func(i ProduceFailedInfo) { a.ProduceFailed(i); b.ProduceFailed(i) },
+		CycleEnd:           func(i CycleInfo) { a.CycleEnd(i); b.CycleEnd(i) },
+		Restored:           func(i RestoredInfo) { a.Restored(i); b.Restored(i) },
+	}
+}
+
+// misrouteLogEvery bounds how often misrouted records are logged: a
+// producer with the wrong partitioner misroutes most of its records.
+const misrouteLogEvery = 10 * time.Second
+
+// MakeLoggingEventListener returns a listener that logs each event to l at
+// the level its kind deserves, as the processor always has: late leaves,
+// open transactions, misroutes (at most once per ten seconds) and failed
+// produces as warnings, changes of ownership, catch-ups and the restore as
+// information. It logs no user id.
+func MakeLoggingEventListener(l *slog.Logger) EventListener {
+	var misroute struct {
+		sync.Mutex
+		last  time.Time
+		quiet int // suppressed since last
+	}
+	return EventListener{
+		PartitionsAssigned: func(i PartitionsInfo) {
+			l.Info("partitions assigned; catching up with their commands before forwarding", "partitions", i.Partitions)
+		},
+		PartitionsRevoked: func(i PartitionsInfo) { l.Info("partitions released", "partitions", i.Partitions) },
+		CaughtUp: func(i CaughtUpInfo) {
+			l.Info("partition caught up with its commands; forwarding", "partition", i.Partition, "applied", i.Applied, "took", i.Took.String())
+		},
+		OpenTransaction: func(i OpenTransactionInfo) {
+			switch {
+			case i.Ended:
+				l.Info("commands partition no longer held by an open transaction", "partition", i.Partition,
+					"held", i.Held.Round(time.Millisecond).String())
+			case i.Held > 0:
+				l.Warn("commands partition held by an open transaction; its signals wait until it ends",
+					"partition", i.Partition, "held", i.Held.Round(time.Millisecond).String(),
+					"last_stable_offset", i.LastStableOffset, "high_watermark", i.HighWatermark)
+			}
+		},
+		LateLeave: func(i LateLeaveInfo) {
+			l.Warn("late leave: signals of the user at or after the boundary were forwarded",
+				"partition", i.Partition, "offset", i.Offset,
+				"left_at_ns", i.Window.LeftAtNs, "forwarded_through_ns", i.Window.ForwardedThroughNs, "exact", i.Window.Exact,
+				"window", time.Duration(i.Window.ForwardedThroughNs-i.Window.LeftAtNs).String())
+		},
+		WindowsRecovered: func(i WindowsRecoveredInfo) {
+			switch {
+			case i.Skipped:
+				l.Warn("UNSAFE: late-leave windows of earlier owners not recovered", "partition", i.Partition)
+			case i.Records > 0:
+				l.Info("late-leave windows recovered from the changelog", "partition", i.Partition,
+					"records", i.Records, "windows", i.Windows, "awaiting_replay", i.AwaitingReplay,
+					"took", i.Took.Round(time.Millisecond).String())
+			}
+		},
+		Misrouted: func(i MisroutedInfo) {
+			misroute.Lock()
+			defer misroute.Unlock()
+			now := time.Now()
+			if now.Sub(misroute.last) < misrouteLogEvery {
+				misroute.quiet++
+				return
+			}
+			l.Warn("record in the wrong partition for its key; re-published to the key's murmur2 partition "+
+				"(producers must use Kafka's default partitioner; kcat: -X partitioner=murmur2_random)",
+				"topic", i.Topic, "partition", i.Partition, "offset", i.Offset, "want", i.Want,
+				"suppressed", misroute.quiet)
+			misroute.last, misroute.quiet = now, 0
+		},
+		ProduceFailed: func(i ProduceFailedInfo) {
+			l.Warn("produce failed", "topic", i.Topic, "refused_for_itself", i.Refused, "err", i.Err)
+		},
+		CycleEnd: func(i CycleInfo) {
+			switch i.Outcome {
+			case Aborted:
+				l.Info("cycle aborted; its signals will be fetched again")
+			case OutputOnly:
+				l.Warn("offset commit failed; signals will be processed again", "err", i.Err)
+			}
+		},
+		Restored: func(i RestoredInfo) {
+			l.Info("restored membership state", "members", i.Members, "episodes", i.Episodes,
+				"took", i.Took.String(), "scan", i.Scan.String())
+		},
+	}
+}

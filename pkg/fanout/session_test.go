@@ -1,0 +1,77 @@
+package fanout
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestPlanCommit pins what a cycle commits, for both kinds of session.
+func TestPlanCommit(t *testing.T) {
+	eo := func(epoch int32, off int64) kgo.EpochOffset { return kgo.EpochOffset{Epoch: epoch, Offset: off} }
+	uncommitted := map[int32]kgo.EpochOffset{0: eo(1, 100), 1: eo(1, 100), 2: eo(1, 100)}
+	committed := map[int32]kgo.EpochOffset{5: eo(3, 55), 6: eo(3, 66)}
+	got := planCommit(uncommitted, committed, map[int32]position{
+		0: {held: true, at: eo(2, 40), meta: "7"}, // held: its first undecided record
+		1: {meta: "8", refresh: true},             // polled: franz-go's offset
+		5: {meta: "9", refresh: true},             // not polled: its committed offset, new metadata
+		6: {meta: "10"},                           // not polled, metadata unchanged: left out
+		7: {meta: "11", refresh: true},            // never committed: nothing to commit
+	})
+	want := map[int32]planned{
+		0: {at: eo(2, 40), meta: "7", hasMeta: true},
+		1: {at: eo(1, 100), meta: "8", hasMeta: true},
+		2: {at: eo(1, 100)}, // polled, its lane gone: franz-go's offset and metadata
+		5: {at: eo(3, 55), meta: "9", hasMeta: true},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("planCommit = %+v\nwant %+v", got, want)
+	}
+}
+
+// TestApplyPlan checks that the TxnOffsetCommit franz-go sends carries the
+// plan: its own partitions rewritten, the plan's others added, other
+// topics untouched.
+func TestApplyPlan(t *testing.T) {
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	for _, topic := range []string{"signals", "other"} {
+		rt := kmsg.NewTxnOffsetCommitRequestTopic()
+		rt.Topic = topic
+		for p := int32(0); p < 3; p++ {
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch = p, 100, 1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	applyPlan(req, "signals", map[int32]planned{
+		0: {at: kgo.EpochOffset{Epoch: 2, Offset: 40}, meta: "7", hasMeta: true},
+		1: {at: kgo.EpochOffset{Epoch: 1, Offset: 100}, meta: "8", hasMeta: true},
+		2: {at: kgo.EpochOffset{Epoch: 1, Offset: 100}},
+		5: {at: kgo.EpochOffset{Epoch: 3, Offset: 55}, meta: "9", hasMeta: true},
+	})
+	sig := req.Topics[0].Partitions
+	if sig[0].Offset != 40 || sig[0].LeaderEpoch != 2 || *sig[0].Metadata != "7" {
+		t.Errorf("held partition: %+v", sig[0])
+	}
+	if sig[1].Offset != 100 || *sig[1].Metadata != "8" {
+		t.Errorf("polled partition: %+v", sig[1])
+	}
+	if sig[2].Offset != 100 || sig[2].Metadata != nil {
+		t.Errorf("partition without a position: %+v", sig[2])
+	}
+	if len(sig) != 4 || sig[3].Partition != 5 || sig[3].Offset != 55 || sig[3].LeaderEpoch != 3 || *sig[3].Metadata != "9" {
+		t.Errorf("refreshed partitions: %+v, want partition 5 added at its committed offset", sig[3:])
+	}
+	if other := req.Topics[1].Partitions; other[0].Offset != 100 || other[0].Metadata != nil || len(other) != 3 {
+		t.Errorf("other topic touched: %+v", other)
+	}
+	// A request without the topic gains it.
+	empty := kmsg.NewPtrTxnOffsetCommitRequest()
+	applyPlan(empty, "signals", map[int32]planned{5: {at: kgo.EpochOffset{Offset: 55}, meta: "9", hasMeta: true}})
+	if len(empty.Topics) != 1 || empty.Topics[0].Topic != "signals" || len(empty.Topics[0].Partitions) != 1 {
+		t.Errorf("request without the topic: %+v", empty.Topics)
+	}
+}

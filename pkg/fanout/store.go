@@ -1,0 +1,20 @@
+package fanout
+
+import (
+	"context"
+
+	"github.com/cohortgate/cohortgate/pkg/membership"
+)
+
+// Store is what the processor needs of durable membership state. A
+// *membership.Store satisfies it.
+type Store interface {
+	NewBatch() *membership.Batch
+	Checkpoint(topic string, partition int32) (next int64, ok bool, err error)
+	Restore(ctx context.Context, fn func(membership.Member) error) (membership.RestoreStats, error)
+	Member(userID uint64) (membership.Member, error)
+	Outbox(fn func(seq uint64, value []byte) error) error
+	DeleteOutbox(through uint64) error
+}
+
+var _ Store = (*membership.Store)(nil)
