@@ -3,6 +3,7 @@ module github.com/cohortgate/cohortgate
 go 1.26.8
 
 require (
+	github.com/cockroachdb/datadriven v1.0.3-0.20250407164829-2945557346d5
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
@@ -16,6 +17,8 @@ require (
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	github.com/twmb/franz-go/plugin/kprom v1.5.0
 )
+
+require github.com/pmezard/go-difflib v1.0.0 // indirect
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
