@@ -24,7 +24,7 @@ import (
 // not the last stable offset: commands above a transaction left open
 // cannot be read until it ends, and the signals wait for them.
 //
-// The tracker (aligner.run) makes the observations every AlignInterval;
+// The aligner (aligner.run) makes the observations every AlignInterval;
 // the commands side advances applied; the signals loop asks alignedThrough
 // once per decision pass and compares each held signal's deadline to it
 // (decide.go).
@@ -44,7 +44,7 @@ const marksLimit = 1024
 // alignment is one claimed partition's alignment state.
 //
 // applied is written by the commands side, the observations and the
-// open-transaction state by the tracker; everything is read by the
+// open-transaction state by the aligner; everything is read by the
 // signals loop. obs is guarded by its mutex; the rest are atomics.
 type alignment struct {
 	partition  int32
@@ -56,12 +56,12 @@ type alignment struct {
 	// caughtUp is set once the commands are applied through an
 	// observation sent after assignment: the partition forwards.
 	caughtUp atomic.Bool
-	// openTxnSinceNs is the wall clock (ns) at which the tracker first saw
+	// openTxnSinceNs is the wall clock (ns) at which the aligner first saw
 	// the commands partition held by an open transaction (everything below
 	// the last stable offset applied, records above it), 0 while it is not.
 	openTxnSinceNs atomic.Int64
-	// openTxnReportedNs is when the tracker last reported the hold; the
-	// tracker's alone.
+	// openTxnReportedNs is when the aligner last reported the hold; the
+	// aligner's alone.
 	openTxnReportedNs int64
 
 	obs struct {
@@ -133,9 +133,9 @@ func (a *alignment) alignedThrough() (ns int64, ok bool) {
 	return a.through(a.applied.Load(), a.assignedNs)
 }
 
-// aligner is the tracker: the goroutine that observes the commands
-// partitions' end offsets every interval, marks partitions caught up and
-// notes open transactions. It owns nothing but its ticker.
+// aligner is the goroutine that observes the commands partitions' end
+// offsets every interval, marks partitions caught up and notes open
+// transactions. It owns nothing but its ticker.
 type aligner struct {
 	interval time.Duration
 	now      func() time.Time
@@ -154,7 +154,7 @@ type aligner struct {
 	// the processor (an authorization failure), or nil to observe again
 	// next tick.
 	listFailed func(err error) error
-	ev           EventListener
+	ev         EventListener
 }
 
 // run observes until ctx is done or a commands partition's log went
@@ -287,7 +287,7 @@ const (
 // listEnds lists the end offsets of topic's partitions parts at the given
 // isolation level with cl. It sends one ListOffsets request to each
 // partition leader and no metadata request, unlike kadm's listings: the
-// tracker asks every AlignInterval, and an embedded broker's single loop
+// aligner asks every AlignInterval, and an embedded broker's single loop
 // fell behind its group timers under kadm's metadata requests. A partition
 // that reports an error is left out; an authorization failure is returned.
 func listEnds(ctx context.Context, cl *kgo.Client, topic string, parts []int32, isolation int8) (map[int32]int64, error) {

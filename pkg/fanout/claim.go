@@ -16,7 +16,7 @@ import (
 // pointer.
 //
 // Fields set at creation are immutable. The atomics are shared between the
-// commands side (writes applied, in the alignment), the tracker (writes
+// commands side (writes applied, in the alignment), the aligner (writes
 // the alignment's observations) and the signals loop (writes deciding and
 // maxEventNs); every cross-goroutine hand-off relies on their sequentially
 // consistent ordering, documented at each use.
@@ -49,13 +49,8 @@ type claim struct {
 	maxEventNs atomic.Int64
 	revoked    atomic.Bool
 
-	// Owned by the commands side: windows recovered from the changelog
-	// (see recover.go) that are not yet in the store, because the episode
-	// they belong to has not been replayed yet.
-	recovery struct {
-		done    bool
-		pending map[uint64][]membership.LateLeave
-	}
+	// Owned by the commands side (recover.go).
+	recovery recovery
 }
 
 func newClaim(partition int32, assignedNs, applied int64) *claim {
@@ -196,7 +191,7 @@ type fwdResult struct {
 }
 
 // alignments returns the alignments of the current claims, for the
-// tracker.
+// aligner.
 func (cs *claims) alignments() []*alignment {
 	all := cs.all()
 	out := make([]*alignment, len(all))

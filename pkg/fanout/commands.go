@@ -44,7 +44,7 @@ type applier struct {
 	gate       *gate.Map
 	claims     *claims
 	outbox     *outbox
-	windows    windowSource
+	recover    *recoverer
 	ev         EventListener
 	lim        limits
 	partitions int32 // of both input topics
@@ -129,7 +129,7 @@ func (a *applier) fetchErrors(fetches kgo.Fetches) error {
 func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPartition) error {
 	for _, fp := range fetched {
 		if c := a.claims.get(fp.Partition); c != nil && !c.recovery.done {
-			if err := a.recoverWindows(ctx, c); err != nil {
+			if err := a.recover.recover(ctx, fp.Partition, &c.recovery); err != nil {
 				return err
 			}
 		}
@@ -166,7 +166,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 			}
 			if cmd != nil {
 				cmds = append(cmds, *cmd)
-				if err := a.attachRecovered(b, c, cmd.cmd.UserID); err != nil {
+				if err := c.recovery.attachPending(b, cmd.cmd.UserID); err != nil {
 					return err
 				}
 			}
@@ -328,17 +328,6 @@ func (a *applier) updateGate(cmds []appliedCmd) error {
 	return nil
 }
 
-// gateEpisodes appends eps, converted, to dst. Empty episodes hold no
-// signal and are left out.
-func gateEpisodes(dst []gate.Episode, eps []membership.Episode) []gate.Episode {
-	for _, e := range eps {
-		if !e.IsEmpty() {
-			dst = append(dst, gate.Episode{LeftAtNs: e.LeftAtNs, RejoinedAtNs: e.RejoinedAtNs})
-		}
-	}
-	return dst
-}
-
 // settle runs after the gate holds the batch's commands. For each command
 // it reads how far the signals side may have decided without it, giving
 // the receipt (enforced from signals offset deciding onward) and, for a
@@ -414,20 +403,6 @@ func (a *applier) judge(ctx context.Context, b *membership.Batch, ac *appliedCmd
 	a.ev.LateLeave(LateLeaveInfo{Partition: ac.c.partition, Offset: ac.r.Offset, UserID: user,
 		Window: topics.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ForwardedThroughNs, Exact: w.Exact}})
 	return b.RecordLateLeave(user, w)
-}
-
-// episodeEnd returns the end of m's episode that starts at left
-// (membership.OpenEnd for the open one), and false when none does.
-func episodeEnd(m membership.Member, left uint64) (uint64, bool) {
-	if m.Status == membership.Left && m.LeftAtNs == left {
-		return membership.OpenEnd, true
-	}
-	for _, e := range m.History {
-		if e.LeftAtNs == left {
-			return e.RejoinedAtNs, true
-		}
-	}
-	return 0, false
 }
 
 func commandRef(t topics.Topic, ac *appliedCmd) *topics.CommandRef {

@@ -100,7 +100,9 @@ func newCommandsState(t *testing.T, args map[string]string) *commandsState {
 	}
 	ev.EnsureDefaults()
 	st.a = &applier{cfg: &cfg, store: store, gate: gate.New(), claims: &claims{}, outbox: &outbox{store: store},
-		windows: st.source, ev: ev, partitions: partitions, kp: newKeyPartition()}
+		ev: ev, partitions: partitions, kp: newKeyPartition(),
+		recover: &recoverer{src: st.source, store: store, ev: ev, log: cfg.Logger, topic: cfg.Topics.Changelog,
+			skip: cfg.UnsafeNoWindowRecovery}}
 	return st
 }
 

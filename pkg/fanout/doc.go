@@ -42,7 +42,7 @@
 // no signal is decided before the partition's commands have caught up
 // (fail closed). The high watermark, not the last stable offset: commands
 // above a transaction left open cannot be read until it ends, and the
-// signals wait for them (the tracker reports how long). The latency this
+// signals wait for them (the aligner reports how long). The latency this
 // adds to a signal is Grace, plus up to AlignInterval, plus the time to
 // fetch and apply the commands observed.
 //
@@ -87,7 +87,7 @@
 //     applies each fetch of commands in one store batch with the
 //     partitions' checkpoints and the outbox entries (changelog records,
 //     DLQ records of bad commands) that the signals loop will produce;
-//   - the tracker observes the commands topic's end offsets (high
+//   - the aligner observes the commands topic's end offsets (high
 //     watermark and last stable offset).
 //
 // The group callbacks run on franz-go's goroutines; they create and drop
@@ -127,6 +127,39 @@
 // (producers using librdkafka's default CRC32 partitioner) are re-published
 // to the right partition of the same topic and counted, never applied or
 // forwarded where they are.
+//
+// # Reading order
+//
+// Each file uses only what it declares itself or what the files after it
+// declare, so the package reads top down, from the wiring to the leaves
+// (TestReadingOrder holds the files to this list):
+//
+//   - processor.go: the Processor, its Run and the goroutines it owns;
+//   - setup.go: connecting to Kafka, checking and creating the topics;
+//   - group.go: the consumer group's callbacks, claims made and dropped;
+//   - loop.go: the signals loop, its lanes of held signals and cycles;
+//   - decide.go: the rules for one signal, as a pure verdict;
+//   - emit.go: producing a cycle's records and keeping their promises;
+//   - session.go: a cycle's transaction, or its plain commit, and Outcome's use;
+//   - commands.go: the commands side, the applier;
+//   - claim.go: what both sides share about one owned partition;
+//   - recover.go: late-leave windows recovered from the changelog;
+//   - align.go: alignment of signals with the commands, and the aligner;
+//   - forwarded.go: the signals a claim forwarded, for exact windows;
+//   - queue.go: a lane's queue of held signals;
+//   - outbox.go: records the store holds until they are produced;
+//   - poison.go: records the broker refused, and how they are settled;
+//   - records.go: DLQ and re-published records, record headers;
+//   - size.go: the size limits of the topics;
+//   - changelog.go: changelog records;
+//   - partitioner.go: Kafka's murmur2 partitioning, and pinned records;
+//   - restore.go: the gate rebuilt from the store at start;
+//   - metrics.go: the Prometheus series;
+//   - authz.go: authorization failures;
+//   - store.go: the Store the processor needs;
+//   - config.go: Config;
+//   - events.go: the EventListener and its infos, Outcome;
+//   - doc.go: this.
 //
 // # Metrics
 //

@@ -182,13 +182,3 @@ func (e *emitter) failed(r *kgo.Record, err error, signalOutput bool) {
 	}
 	e.ev.ProduceFailed(ProduceFailedInfo{Topic: r.Topic, Err: err, Refused: refused})
 }
-
-// headerValue returns the value of r's header key, or "".
-func headerValue(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}

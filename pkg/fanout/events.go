@@ -16,7 +16,7 @@ import (
 // (a test, an audit sink), and TeeEventListener combines listeners.
 //
 // A func is called on whichever goroutine sees the event (the signals
-// loop, the commands side, the tracker, the group callbacks, franz-go's
+// loop, the commands side, the aligner, the group callbacks, franz-go's
 // promise goroutine) and possibly concurrently with other funcs: it must
 // be safe for that, fast, and must not block. No event is sent per
 // forwarded or dropped signal: those are counted by the metrics directly,
@@ -175,6 +175,45 @@ type ProduceFailedInfo struct {
 func (i ProduceFailedInfo) String() string {
 	return fmt.Sprintf("produce to %s failed (refused for itself: %v): %v", i.Topic, i.Refused, i.Err)
 }
+
+// Outcome is how a cycle ended. It decides what becomes of the cycle's
+// output, its outbox records and its signals; loop.end is the one place
+// that acts on it.
+type Outcome uint8
+
+// The outcomes.
+const (
+	// Committed: the output and the offsets are durable together.
+	Committed Outcome = iota + 1
+	// Aborted: nothing is durable; the cycle's signals are fetched and
+	// decided again, its outbox records produced again.
+	Aborted
+	// OutputOnly: the output was acknowledged but the offsets were not
+	// committed (without ExactlyOnce): the signals are processed again by
+	// their next owner, at least once.
+	OutputOnly
+	// Unknown: ending the transaction failed and its outcome is unknown;
+	// the session must be replaced.
+	Unknown
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Committed:
+		return "committed"
+	case Aborted:
+		return "aborted"
+	case OutputOnly:
+		return "output only"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// outputDurable reports whether the cycle's output reached Kafka for good:
+// its outbox records are delivered and its refusals settled.
+func (o Outcome) outputDurable() bool { return o == Committed || o == OutputOnly }
 
 // CycleInfo is the end of a cycle.
 type CycleInfo struct {

@@ -154,7 +154,7 @@ func (p *Processor) Member(userID uint64) (topics.MemberRecord, error) {
 // finishes and commits in-flight work, leaves the group and returns nil.
 //
 // Run owns three goroutines and returns only after all have exited: the
-// signals loop (Run's own), the commands side and the tracker.
+// signals loop (Run's own), the commands side and the aligner.
 func (p *Processor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -191,9 +191,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	applierDone := make(chan struct{})
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
 		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(),
-		windows: &changelogReader{cl: k.recov, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
-			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
-			kp: newKeyPartition(), log: p.cfg.Logger}}
+		recover: &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
+			skip: p.cfg.UnsafeNoWindowRecovery,
+			src: &changelogReader{cl: k.recov, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
+				signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
+				kp: newKeyPartition(), log: p.cfg.Logger}}}
 	run("commands", func(ctx context.Context) error {
 		defer close(applierDone)
 		return ap.run(ctx)

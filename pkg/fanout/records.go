@@ -66,3 +66,13 @@ func republishRecord(r *kgo.Record, want int32) *kgo.Record {
 	pin(out, want)
 	return out
 }
+
+// headerValue returns the value of r's header key, or "".
+func headerValue(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}

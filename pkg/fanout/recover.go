@@ -20,7 +20,7 @@ import (
 // replays the commands into its store, but the windows its predecessors
 // recorded are only in the changelog. Once recorded, a window must be in
 // every later record of its user (issue 13, finding 2), so before a claim
-// applies its first command, recoverWindows reads the changelog's records
+// applies its first command, a recoverer reads the changelog's records
 // of the claim's users and puts their windows into the store, each as soon
 // as the store holds the episode it starts.
 
@@ -35,13 +35,33 @@ type recoveryStats struct{ records, windows int }
 // recoveryTimeout bounds one attempt to read the changelog.
 const recoveryTimeout = 5 * time.Minute
 
-// recoverWindows recovers c's windows, retrying until it succeeds or ctx
-// ends: until then the partition's commands wait (and with them its
-// signals), which is the fail-closed choice. It runs on the commands side.
-func (a *applier) recoverWindows(ctx context.Context, c *claim) error {
-	c.recovery.done = true
-	if a.cfg.UnsafeNoWindowRecovery {
-		a.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: c.partition, Skipped: true})
+// recovery is a claim's recovery of the windows its predecessors wrote.
+// The commands side owns it.
+type recovery struct {
+	done bool
+	// pending holds recovered windows not yet in the store, because the
+	// episode they belong to has not been replayed yet.
+	pending map[uint64][]membership.LateLeave
+}
+
+// recoverer recovers windows into the store for the commands side.
+type recoverer struct {
+	src   windowSource
+	store Store
+	ev    EventListener
+	log   *slog.Logger
+	topic topics.Topic // the changelog, for errors
+	skip  bool         // Config.UnsafeNoWindowRecovery
+}
+
+// recover recovers the windows of signals partition part into the store
+// and rec, retrying until it succeeds or ctx ends: until then the
+// partition's commands wait (and with them its signals), which is the
+// fail-closed choice.
+func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery) error {
+	rec.done = true
+	if r.skip {
+		r.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: part, Skipped: true})
 		return nil
 	}
 	start := time.Now()
@@ -52,16 +72,16 @@ func (a *applier) recoverWindows(ctx context.Context, c *claim) error {
 	)
 	for attempt := 1; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
-		ws, stats, err = a.windows.windows(rctx, c.partition)
+		ws, stats, err = r.src.windows(rctx, part)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			break
 		}
-		if fatal := notAuthorized("reading "+string(a.cfg.Topics.Changelog), err); fatal != nil {
+		if fatal := notAuthorized("reading "+string(r.topic), err); fatal != nil {
 			return fatal
 		}
-		a.cfg.Logger.Warn("unable to read late-leave windows from the changelog; the partition's commands wait",
-			"partition", c.partition, "attempt", attempt, "err", err)
+		r.log.Warn("unable to read late-leave windows from the changelog; the partition's commands wait",
+			"partition", part, "attempt", attempt, "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(min(time.Duration(attempt)*time.Second, 30*time.Second)):
@@ -70,13 +90,13 @@ func (a *applier) recoverWindows(ctx context.Context, c *claim) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	b := a.store.NewBatch()
+	b := r.store.NewBatch()
 	defer b.Close()
-	c.recovery.pending = make(map[uint64][]membership.LateLeave)
+	rec.pending = make(map[uint64][]membership.LateLeave)
 	for user, list := range ws {
 		for _, w := range list {
 			if err := attach(b, user, w); errors.Is(err, errNoEpisode) {
-				c.recovery.pending[user] = append(c.recovery.pending[user], w)
+				rec.pending[user] = append(rec.pending[user], w)
 			} else if err != nil {
 				return err
 			}
@@ -85,8 +105,8 @@ func (a *applier) recoverWindows(ctx context.Context, c *claim) error {
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("unable to store recovered late-leave windows: %w", err)
 	}
-	a.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: c.partition, Records: stats.records, Windows: stats.windows,
-		AwaitingReplay: len(c.recovery.pending), Took: time.Since(start)})
+	r.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: part, Records: stats.records, Windows: stats.windows,
+		AwaitingReplay: len(rec.pending), Took: time.Since(start)})
 	return nil
 }
 
@@ -109,10 +129,24 @@ func attach(b *membership.Batch, user uint64, w membership.LateLeave) error {
 	return b.RecordLateLeave(user, w)
 }
 
-// attachRecovered attaches the recovered windows of user that wait for
-// their episode, after a command of the user was applied to b.
-func (a *applier) attachRecovered(b *membership.Batch, c *claim, user uint64) error {
-	list := c.recovery.pending[user]
+// episodeEnd returns the end of m's episode that starts at left
+// (membership.OpenEnd for the open one), and false when none does.
+func episodeEnd(m membership.Member, left uint64) (uint64, bool) {
+	if m.Status == membership.Left && m.LeftAtNs == left {
+		return membership.OpenEnd, true
+	}
+	for _, e := range m.History {
+		if e.LeftAtNs == left {
+			return e.RejoinedAtNs, true
+		}
+	}
+	return 0, false
+}
+
+// attachPending attaches the pending windows of user to b, after a command
+// of the user was applied to it.
+func (rec *recovery) attachPending(b *membership.Batch, user uint64) error {
+	list := rec.pending[user]
 	if len(list) == 0 {
 		return nil
 	}
@@ -125,13 +159,12 @@ func (a *applier) attachRecovered(b *membership.Batch, c *claim, user uint64) er
 		}
 	}
 	if len(kept) == 0 {
-		delete(c.recovery.pending, user)
+		delete(rec.pending, user)
 	} else {
-		c.recovery.pending[user] = kept
+		rec.pending[user] = kept
 	}
 	return nil
 }
-
 
 // changelogReader is the windowSource of a running processor: it reads the
 // changelog with one client made at start (a Kafka client made mid-run

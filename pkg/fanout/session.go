@@ -33,45 +33,6 @@ type session interface {
 	close()
 }
 
-// Outcome is how a cycle ended. It decides what becomes of the cycle's
-// output, its outbox records and its signals; loop.end is the one place
-// that acts on it.
-type Outcome uint8
-
-// The outcomes.
-const (
-	// Committed: the output and the offsets are durable together.
-	Committed Outcome = iota + 1
-	// Aborted: nothing is durable; the cycle's signals are fetched and
-	// decided again, its outbox records produced again.
-	Aborted
-	// OutputOnly: the output was acknowledged but the offsets were not
-	// committed (without ExactlyOnce): the signals are processed again by
-	// their next owner, at least once.
-	OutputOnly
-	// Unknown: ending the transaction failed and its outcome is unknown;
-	// the session must be replaced.
-	Unknown
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Committed:
-		return "committed"
-	case Aborted:
-		return "aborted"
-	case OutputOnly:
-		return "output only"
-	case Unknown:
-		return "unknown"
-	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
-}
-
-// outputDurable reports whether the cycle's output reached Kafka for good:
-// its outbox records are delivered and its refusals settled.
-func (o Outcome) outputDurable() bool { return o == Committed || o == OutputOnly }
-
 // position is what the signals loop wants committed for one partition.
 type position struct {
 	held bool            // at is the first undecided record; commit it instead of the poll head

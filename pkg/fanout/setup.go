@@ -43,7 +43,7 @@ func (e *MissingTopicsError) Error() string {
 // clients other than the signals session's, what the topics look like,
 // and their size limits.
 type kafka struct {
-	admCl *kgo.Client  // admin requests, and the tracker's listings (listEnds)
+	admCl *kgo.Client  // admin requests, and the aligner's listings (listEnds)
 	adm   *kadm.Client // admCl's admin client
 	cmds  *kgo.Client  // the commands consumer
 	recov *kgo.Client  // the changelog reader of window recovery
