@@ -110,21 +110,6 @@ func (e *env) alterCohort(c kadm.AlterConfig) {
 	}
 }
 
-// committed returns the group's committed offset of a signals partition,
-// -1 if none.
-func (e *env) committed(partition int32) int64 {
-	e.t.Helper()
-	offsets, err := e.adm.FetchOffsets(e.ctx(30*time.Second), e.group)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	o, ok := offsets.Lookup(string(e.set.Signals), partition)
-	if !ok {
-		return -1
-	}
-	return o.At
-}
-
 // shorten cuts each value to 12 bytes for messages.
 func shorten(vs []string) []string {
 	out := make([]string, len(vs))
