@@ -95,6 +95,18 @@ type Receipt struct {
 	// had been decided by this processor since it took the partition over,
 	// so every signal from the group's committed offset on.
 	SignalsOffset int64 `json:"signals_offset"`
+	// Inputs, with more than one route, are the offsets of partition
+	// SignalsPartition of every route's input from which every decision
+	// was taken with the command in force (-1 as in SignalsOffset), in the
+	// order of the routes: the first is the signals topic's, SignalsOffset.
+	// Absent with one route.
+	Inputs []InputOffset `json:"inputs,omitempty"`
+}
+
+// InputOffset is an offset in one route's input topic.
+type InputOffset struct {
+	Topic  string `json:"topic"`
+	Offset int64  `json:"offset"`
 }
 
 // Note is what the processor keeps beside a user's state about the command

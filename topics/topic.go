@@ -82,8 +82,67 @@ func (e *TopicError) Error() string {
 
 // Set names every topic the processor uses. The zero Set is not valid; start
 // from Defaults and change what differs.
+//
+// A route is a gated path: signals read from its In are forwarded to its
+// Out unless their user had left. Signals to Cohort is the first route;
+// Routes lists any others. Every route's In is co-partitioned with
+// Commands, so one leave stops the user's signals on every route.
 type Set struct {
 	Commands, Signals, Cohort, DLQ, Changelog Topic
+	// Routes are the routes beyond the first; nil for one route.
+	Routes []Route
+}
+
+// Route is one gated path, from the signals topic In to the topic Out.
+type Route struct{ In, Out Topic }
+
+// String returns "IN=OUT", the form ParseRoute reads.
+func (r Route) String() string { return string(r.In) + "=" + string(r.Out) }
+
+// ParseRoute reads a route written "IN=OUT". Both names must be valid
+// topic names (Topic.Validate).
+func ParseRoute(s string) (Route, error) {
+	in, out, ok := strings.Cut(s, "=")
+	if !ok {
+		return Route{}, &RouteError{Route: s, Rule: `has no "=": want IN=OUT`}
+	}
+	r := Route{In: Topic(strings.TrimSpace(in)), Out: Topic(strings.TrimSpace(out))}
+	for _, t := range []Topic{r.In, r.Out} {
+		if rule := t.broken(); rule != "" {
+			return Route{}, &RouteError{Route: s, Rule: "topic " + quote([]byte(t)) + " " + rule}
+		}
+	}
+	return r, nil
+}
+
+// RouteError is a route ParseRoute could not read.
+type RouteError struct {
+	Route string // as given
+	Rule  string // what is wrong, in words
+}
+
+func (e *RouteError) Error() string {
+	return "topics: route " + quote([]byte(e.Route)) + " " + e.Rule
+}
+
+// AllRoutes returns every route of s, the first (Signals to Cohort) first.
+func (s Set) AllRoutes() []Route {
+	return append([]Route{{In: s.Signals, Out: s.Cohort}}, s.Routes...)
+}
+
+// Inputs returns the In of every route, the first route's first.
+func (s Set) Inputs() []Topic {
+	out := make([]Topic, 0, 1+len(s.Routes))
+	for _, r := range s.AllRoutes() {
+		out = append(out, r.In)
+	}
+	return out
+}
+
+// Clone returns s with its own copy of Routes.
+func (s Set) Clone() Set {
+	s.Routes = append([]Route(nil), s.Routes...)
+	return s
 }
 
 // Defaults returns the Set of default names.
@@ -97,19 +156,25 @@ type field struct {
 	topic Topic
 }
 
-// fields lists s's topics with their field names, in declaration order.
-func (s Set) fields() [5]field {
-	return [5]field{
+// fields lists s's topics with their field names, in declaration order;
+// the topics of Routes[i] are named "Routes[i].In" and "Routes[i].Out".
+func (s Set) fields() []field {
+	fs := []field{
 		{"Commands", s.Commands},
 		{"Signals", s.Signals},
 		{"Cohort", s.Cohort},
 		{"DLQ", s.DLQ},
 		{"Changelog", s.Changelog},
 	}
+	for i, r := range s.Routes {
+		n := "Routes[" + strconv.Itoa(i) + "]"
+		fs = append(fs, field{n + ".In", r.In}, field{n + ".Out", r.Out})
+	}
+	return fs
 }
 
 // Validate checks that every name in s is a valid topic name and that Kafka
-// could create all five side by side: no two are equal, and no two differ
+// could create them all side by side: no two are equal, and no two differ
 // only in '.' against '_' (Kafka refuses the second of such a pair, since
 // both map to one metric name). The error is a *[TopicError] naming the
 // field, the later one of a clashing pair.
@@ -139,23 +204,25 @@ func metricName(t Topic) string { return strings.ReplaceAll(string(t), ".", "_")
 type Spec struct {
 	Topic Topic
 	// Role is the Set field the topic fills: "Commands", "Signals",
-	// "Cohort", "DLQ" or "Changelog".
+	// "Cohort", "DLQ", "Changelog", or "Routes[i].In" and "Routes[i].Out".
 	Role string
 	// Configs are the topic configs to set at creation; nil for none.
 	Configs map[string]string
 	// SamePartitionsAsSignals: the topic must have exactly as many
 	// partitions as the signals topic (the processor refuses to start
-	// otherwise), so partition p of both holds the same users.
+	// otherwise), so partition p of both holds the same users. True of
+	// Commands and of every route's In.
 	SamePartitionsAsSignals bool
 }
 
 // Specs returns how to create each topic of s, in the order of the Set's
 // fields. Commands keeps everything forever (retention.ms and
 // retention.bytes -1, cleanup.policy delete, so a broker default of compact
-// cannot lose a leave) and is co-partitioned with signals; Changelog is
-// compacted; the others need nothing special. Each call returns fresh maps.
+// cannot lose a leave) and is co-partitioned with signals, as is every
+// route's In; Changelog is compacted; the others need nothing special.
+// Each call returns fresh maps.
 func (s Set) Specs() []Spec {
-	return []Spec{
+	specs := []Spec{
 		{Topic: s.Commands, Role: "Commands", SamePartitionsAsSignals: true, Configs: map[string]string{
 			"cleanup.policy":  "delete",
 			"retention.ms":    "-1",
@@ -168,4 +235,9 @@ func (s Set) Specs() []Spec {
 			"cleanup.policy": "compact",
 		}},
 	}
+	for i, r := range s.Routes {
+		n := "Routes[" + strconv.Itoa(i) + "]"
+		specs = append(specs, Spec{Topic: r.In, Role: n + ".In", SamePartitionsAsSignals: true}, Spec{Topic: r.Out, Role: n + ".Out"})
+	}
+	return specs
 }

@@ -125,13 +125,13 @@ func TestDefaults(t *testing.T) {
 		DLQ:       "cohortgate.dlq",
 		Changelog: "membership.changelog",
 	}
-	if got := Defaults(); got != want {
+	if got := Defaults(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Defaults() = %+v, want %+v", got, want)
 	}
 }
 
 func TestSpecs(t *testing.T) {
-	s := Set{Commands: "c", Signals: "s", Cohort: "co", DLQ: "d", Changelog: "cl"}
+	s := Set{Commands: "c", Signals: "s", Cohort: "co", DLQ: "d", Changelog: "cl", Routes: []Route{{In: "a", Out: "ao"}}}
 	want := []Spec{
 		{Topic: "c", Role: "Commands", SamePartitionsAsSignals: true, Configs: map[string]string{
 			"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
@@ -140,6 +140,8 @@ func TestSpecs(t *testing.T) {
 		{Topic: "co", Role: "Cohort"},
 		{Topic: "d", Role: "DLQ"},
 		{Topic: "cl", Role: "Changelog", Configs: map[string]string{"cleanup.policy": "compact"}},
+		{Topic: "a", Role: "Routes[0].In", SamePartitionsAsSignals: true},
+		{Topic: "ao", Role: "Routes[0].Out"},
 	}
 	got := s.Specs()
 	if !reflect.DeepEqual(got, want) {
@@ -155,5 +157,70 @@ func TestSpecs(t *testing.T) {
 	got[0].Configs["retention.ms"] = "1"
 	if again := s.Specs(); again[0].Configs["retention.ms"] != "-1" {
 		t.Errorf("Specs() shares its Configs maps between calls")
+	}
+}
+
+func TestParseRoute(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Route
+		rule string // in the error; "" for none
+	}{
+		{in: "attribution.events=cohort.attribution", want: Route{In: "attribution.events", Out: "cohort.attribution"}},
+		{in: " a = b ", want: Route{In: "a", Out: "b"}},
+		{in: "a", rule: `has no "="`},
+		{in: "=b", rule: `topic "" is empty`},
+		{in: "a=", rule: `topic "" is empty`},
+		{in: "a b=c", rule: `topic "a b" has ' '`},
+		{in: "a=b=c", rule: `topic "b=c" has '='`},
+	} {
+		got, err := ParseRoute(tc.in)
+		switch {
+		case tc.rule == "" && err != nil:
+			t.Errorf("ParseRoute(%q): %v", tc.in, err)
+		case tc.rule != "" && (err == nil || !strings.Contains(err.Error(), tc.rule)):
+			t.Errorf("ParseRoute(%q) = %v, %v; want an error with %q", tc.in, got, err, tc.rule)
+		case tc.rule == "" && got != tc.want:
+			t.Errorf("ParseRoute(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+		if tc.rule == "" {
+			if again, err := ParseRoute(got.String()); err != nil || again != got {
+				t.Errorf("ParseRoute(%q.String()) = %v, %v; want %v", tc.in, again, err, got)
+			}
+		}
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	s := Defaults()
+	if got, want := s.AllRoutes(), []Route{{In: Signals, Out: Cohort}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("AllRoutes() of the defaults = %v, want %v", got, want)
+	}
+	s.Routes = []Route{{In: "attribution.events", Out: "cohort.attribution"}}
+	if got, want := s.Inputs(), []Topic{Signals, "attribution.events"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Inputs() = %v, want %v", got, want)
+	}
+	c := s.Clone()
+	c.Routes[0].In = "x"
+	if s.Routes[0].In != "attribution.events" {
+		t.Errorf("Clone shares Routes")
+	}
+	for _, tc := range []struct {
+		name        string
+		routes      []Route
+		field, rule string
+	}{
+		{name: "In is the first route's Out", routes: []Route{{In: Cohort, Out: "o"}}, field: "Routes[0].In", rule: "is also Cohort"},
+		{name: "Out is Changelog", routes: []Route{{In: "i", Out: Changelog}}, field: "Routes[0].Out", rule: "is also Changelog"},
+		{name: "two routes share an In", routes: []Route{{In: "i", Out: "o"}, {In: "i", Out: "p"}}, field: "Routes[1].In", rule: "is also Routes[0].In"},
+		{name: "bad name", routes: []Route{{In: "i", Out: "o p"}}, field: "Routes[0].Out", rule: "' '"},
+	} {
+		s := Defaults()
+		s.Routes = tc.routes
+		var te *TopicError
+		err := s.Validate()
+		if !errors.As(err, &te) || te.Field != tc.field || !strings.Contains(te.Rule, tc.rule) {
+			t.Errorf("%s: Validate() = %v, want field %s and rule %q", tc.name, err, tc.field, tc.rule)
+		}
 	}
 }
