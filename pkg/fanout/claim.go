@@ -10,8 +10,8 @@ import (
 	"github.com/cohortgate/cohortgate/pkg/membership"
 )
 
-// claim is this instance's ownership of partition p of both input topics,
-// from one assignment to its revocation. A later assignment of the same
+// claim is this instance's ownership of partition p of the commands and of
+// every route's input, from one assignment to its revocation. A later assignment of the same
 // partition makes a new claim, so stale work can recognise itself by
 // pointer.
 //
@@ -38,11 +38,12 @@ type claim struct {
 	// windows.
 	fwd *forwarded
 
-	// deciding is one past the highest signals offset whose gate decision
-	// may have been taken; -1 before the first. The signals loop stores it
-	// BEFORE asking the gate, so a command applied to the gate before it
-	// is read is enforced for every offset >= the value read.
-	deciding atomic.Int64
+	// deciding is, per route, one past the highest offset of the route's
+	// input whose gate decision may have been taken; -1 before the first.
+	// The signals loop stores it BEFORE asking the gate, so a command
+	// applied to the gate before it is read is enforced for every offset
+	// >= the value read.
+	deciding []atomic.Int64
 	// maxEventNs is the highest event time (ns) of a signal of p the gate
 	// was asked about, stored before asking (same ordering as deciding).
 	// A leave with an earlier boundary may be late.
@@ -53,19 +54,23 @@ type claim struct {
 	recovery recovery
 }
 
-func newClaim(partition int32, assignedNs, applied int64) *claim {
-	c := &claim{inheritedMaxNs: -1, fwd: newForwarded()}
+// newClaim makes the claim of partition, for routes routes.
+func newClaim(partition int32, routes int, assignedNs, applied int64) *claim {
+	c := &claim{inheritedMaxNs: -1, fwd: newForwarded(), deciding: make([]atomic.Int64, routes)}
 	c.alignment.init(partition, assignedNs, applied)
-	c.deciding.Store(-1)
+	for i := range c.deciding {
+		c.deciding[i].Store(-1)
+	}
 	c.maxEventNs.Store(-1)
 	return c
 }
 
 // publishDeciding records, before the gate is asked about the signal at
-// offset with event time tsNs, that it may be decided: see deciding.
-func (c *claim) publishDeciding(offset, tsNs int64) {
-	if offset+1 > c.deciding.Load() {
-		c.deciding.Store(offset + 1)
+// offset of route's input with event time tsNs, that it may be decided:
+// see deciding.
+func (c *claim) publishDeciding(route int, offset, tsNs int64) {
+	if d := &c.deciding[route]; offset+1 > d.Load() {
+		d.Store(offset + 1)
 	}
 	if tsNs > c.maxEventNs.Load() {
 		c.maxEventNs.Store(tsNs)

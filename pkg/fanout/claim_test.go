@@ -43,7 +43,7 @@ func TestClaimLateWindow(t *testing.T) {
 		{"boundary after what previous owners decided", 200, 149, 0, 5, 150, open, exact(151), membership.LateLeave{LeftAtNs: 150, ForwardedThroughNs: 151, Exact: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newClaim(0, 0, 0)
+			c := newClaim(0, 1, 0, 0)
 			c.maxEventNs.Store(tc.maxEventNs)
 			c.inheritedMaxNs = tc.inherited
 			c.judgedBelow = tc.judgedBelow
@@ -57,7 +57,7 @@ func TestClaimLateWindow(t *testing.T) {
 
 // TestClaimMeta round-trips the offset metadata and reads the older form.
 func TestClaimMeta(t *testing.T) {
-	c := newClaim(0, 0, 17)
+	c := newClaim(0, 1, 0, 17)
 	c.maxEventNs.Store(1764633600000000000)
 	c.judgedBelow = 9
 	ts, judged, err := parseMeta(c.meta(17))

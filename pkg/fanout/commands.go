@@ -345,7 +345,14 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 		rc := topics.Receipt{
 			AppliedAtNs:      now,
 			SignalsPartition: ac.c.partition,
-			SignalsOffset:    ac.c.deciding.Load(),
+			SignalsOffset:    ac.c.deciding[0].Load(),
+		}
+		if len(ac.c.deciding) > 1 {
+			rc.Inputs = make([]topics.InputOffset, len(ac.c.deciding))
+			for i, in := range a.cfg.Topics.Inputs() {
+				rc.Inputs[i] = topics.InputOffset{Topic: string(in), Offset: ac.c.deciding[i].Load()}
+			}
+			rc.SignalsOffset = rc.Inputs[0].Offset
 		}
 		if ac.change.Changed && ac.cmd.Op == topics.Leave {
 			if err := a.judge(ctx, b, ac); err != nil {

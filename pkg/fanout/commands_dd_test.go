@@ -110,7 +110,7 @@ func (st *commandsState) run(t *testing.T, d *datadriven.TestData) string {
 	args := argsOf(d)
 	switch d.Cmd {
 	case "claim":
-		c := newClaim(int32(atoi(t, args["partition"])), 0, int64(atoiOr(t, args["applied"], 0)))
+		c := newClaim(int32(atoi(t, args["partition"])), 1, 0, int64(atoiOr(t, args["applied"], 0)))
 		c.judgedBelow = int64(atoiOr(t, args["judged-below"], 0))
 		if v, ok := args["inherited-max"]; ok {
 			c.inheritedMaxNs = ms(t, v)
@@ -122,10 +122,10 @@ func (st *commandsState) run(t *testing.T, d *datadriven.TestData) string {
 		c := st.a.claims.get(int32(atoi(t, args["partition"])))
 		c.fwd.begin()
 		c.fwd.end([]fwd{{user: uint64(atoi(t, args["user"])), ts: ms(t, args["ts"])}})
-		c.publishDeciding(0, ms(t, args["ts"]))
+		c.publishDeciding(0, 0, ms(t, args["ts"]))
 		return ""
 	case "decided":
-		st.a.claims.get(int32(atoi(t, args["partition"]))).publishDeciding(0, ms(t, args["ts"]))
+		st.a.claims.get(int32(atoi(t, args["partition"]))).publishDeciding(0, 0, ms(t, args["ts"]))
 		return ""
 	case "window":
 		_, exact := args["exact"]

@@ -21,7 +21,10 @@ type Config struct {
 	Brokers []string
 	// Group is the consumer group of the signals topic. Default "cohortgate".
 	Group string
-	// Topics names every topic. Default topics.Defaults().
+	// Topics names every topic, and the routes: the signals of each
+	// route's input are gated by the one set of commands and forwarded to
+	// the route's output (topics.Set). Default topics.Defaults(): one
+	// route, topics.Signals to topics.Cohort.
 	Topics topics.Set
 
 	// CreateTopics creates missing topics at start with Partitions and
@@ -139,7 +142,8 @@ func (c *Config) EnsureDefaults() *Config {
 	if c.Group == "" {
 		c.Group = DefaultGroup
 	}
-	if c.Topics == (topics.Set{}) {
+	if c.Topics.Commands == "" && c.Topics.Signals == "" && c.Topics.Cohort == "" &&
+		c.Topics.DLQ == "" && c.Topics.Changelog == "" && len(c.Topics.Routes) == 0 {
 		c.Topics = topics.Defaults()
 	}
 	if c.Partitions == 0 {

@@ -20,10 +20,16 @@ import (
 // signalRules are what the verdict on a signal depends on besides the
 // signal: the README's rules S1 to S5 with their parameters.
 type signalRules struct {
-	partitions  int32         // of both input topics
-	cohortLimit int           // bytes a forwarded record may take (batchBytes): the cohort topic's max.message.bytes
-	skew        time.Duration // Config.MaxFutureSkew
-	grace       time.Duration // Config.Grace in force
+	partitions int32         // of every input topic and the commands
+	outs       []routeOut    // by route
+	skew       time.Duration // Config.MaxFutureSkew
+	grace      time.Duration // Config.Grace in force
+}
+
+// routeOut is where a route forwards to.
+type routeOut struct {
+	topic string
+	limit int // bytes a forwarded record may take (batchBytes): the topic's max.message.bytes
 }
 
 // action is what becomes of a signal.
@@ -33,7 +39,7 @@ const (
 	actHold       action = iota // wait: the partition's commands are not known complete through its deadline
 	actGate                     // ask the gate: forward if it allows, drop if not
 	actDeadLetter               // to the DLQ
-	actRepublish                // to its key's partition of the signals topic
+	actRepublish                // to its key's partition of its own topic
 )
 
 func (a action) String() string {
@@ -73,14 +79,15 @@ type alignView struct {
 	assignedNs int64 // when the partition was assigned
 }
 
-// judge settles r as far as the gate allows. The order of the checks is
+// judge settles r, read from the input of route, as far as the gate
+// allows. The order of the checks is
 // the contract: a refusal of what r became before is honoured first
 // (poison.go); then a key that is not a user id (S1), a record in the
 // wrong partition (S2), one too large to forward (S3) and an event time
 // out of range or implausibly far ahead (S4) are settled at once; anything
 // else waits until its partition's commands are known complete through
 // max(event time + grace, assignment) (S5), and then goes to the gate.
-func (sr signalRules) judge(kp keyPartition, r *kgo.Record, rfl refusal, refused bool, av alignView) verdict {
+func (sr signalRules) judge(kp keyPartition, r *kgo.Record, route int, rfl refusal, refused bool, av alignView) verdict {
 	switch {
 	case refused && rfl.deadLetter:
 		return verdict{act: actDeadLetter, reason: refusalReason(rfl.err), err: rfl.err, minimal: true}
@@ -95,9 +102,9 @@ func (sr signalRules) judge(kp keyPartition, r *kgo.Record, rfl refusal, refused
 		return verdict{act: actRepublish, want: want, alone: refused}
 	}
 	// A forwarded copy is r's key, value and headers: r's size.
-	if batchBytes(r) > sr.cohortLimit {
+	if out := sr.outs[route]; batchBytes(r) > out.limit {
 		return verdict{act: actDeadLetter, reason: topics.ReasonRecordTooLarge,
-			err: fmt.Errorf("signal of %d bytes does not fit the cohort topic (max.message.bytes %d)", userBytes(r), sr.cohortLimit)}
+			err: fmt.Errorf("signal of %d bytes does not fit %s (max.message.bytes %d)", userBytes(r), out.topic, out.limit)}
 	}
 	ms := r.Timestamp.UnixMilli()
 	if ms < 0 {

@@ -41,7 +41,7 @@ func TestSignals(t *testing.T) {
 	}
 	defer store.Close()
 	st := &signalsState{
-		rules:  signalRules{partitions: 6, grace: 50 * time.Millisecond, skew: 5 * time.Second, cohortLimit: DefaultMaxMessageBytes},
+		rules:  signalRules{partitions: 6, grace: 50 * time.Millisecond, skew: 5 * time.Second, outs: []routeOut{{topic: "cohort.signals", limit: DefaultMaxMessageBytes}}},
 		claims: make(map[int32]*claim),
 		store:  store,
 		gate:   gate.New(),
@@ -75,12 +75,12 @@ func (st *signalsState) run(t *testing.T, d *datadriven.TestData) string {
 			st.rules.skew = duration(t, v)
 		}
 		if v, ok := args["cohort-limit"]; ok {
-			st.rules.cohortLimit = atoi(t, v)
+			st.rules.outs[0].limit = atoi(t, v)
 		}
 		return ""
 	case "assign":
 		for _, p := range st.partitions(t, args) {
-			st.claims[p] = newClaim(p, ms(t, args["at"]), 0)
+			st.claims[p] = newClaim(p, 1, ms(t, args["at"]), 0)
 		}
 		return ""
 	case "observe":
@@ -178,7 +178,7 @@ func (st *signalsState) signal(t *testing.T, args map[string]string) string {
 	if refused {
 		rfl, st.refuse = *st.refuse, nil
 	}
-	v := st.rules.judge(kp, r, rfl, refused, av)
+	v := st.rules.judge(kp, r, 0, rfl, refused, av)
 	var b strings.Builder
 	switch v.act {
 	case actHold:

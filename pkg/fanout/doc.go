@@ -137,6 +137,7 @@
 //   - processor.go: the Processor, its Run and the goroutines it owns;
 //   - setup.go: connecting to Kafka, checking and creating the topics;
 //   - group.go: the consumer group's callbacks, claims made and dropped;
+//   - balancer.go: partition p of every route's input to one instance;
 //   - loop.go: the signals loop, its lanes of held signals and cycles;
 //   - decide.go: the rules for one signal, as a pure verdict;
 //   - emit.go: producing a cycle's records and keeping their promises;

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/topics"
@@ -25,8 +26,12 @@ type emitter struct {
 	ev        EventListener
 	halt      func(error)
 
-	// forwardPromise and otherPromise are made once, not per record.
-	forwardPromise, otherPromise func(*kgo.Record, error)
+	// outs are the routes' outputs, by route index.
+	outs []string
+	// forwardPromises (by route) and otherPromise are made once, not per
+	// record.
+	forwardPromises []func(*kgo.Record, error)
+	otherPromise    func(*kgo.Record, error)
 
 	// refusedOutbox holds the outbox entries (by sequence number) the
 	// broker refused, written by promises, read when the entries are
@@ -37,23 +42,30 @@ type emitter struct {
 	}
 }
 
-func newEmitter(s session, set topics.Set, lim limits, refused *refusals, m *metrics, ev EventListener, halt func(error)) *emitter {
+// newEmitter makes the emitter of session s; series are the routes'
+// (metrics.routes).
+func newEmitter(s session, set topics.Set, lim limits, refused *refusals, m *metrics, series []routeSeries, ev EventListener, halt func(error)) *emitter {
 	e := &emitter{s: s, topics: set, lim: lim, dlqBudget: lim.deadLetterBudget(set.DLQ), refused: refused, m: m, ev: ev, halt: halt}
-	e.forwardPromise, e.otherPromise = e.forwarded, e.otherAcked
+	for i, r := range set.AllRoutes() {
+		forwarded := series[i].forwarded
+		e.outs = append(e.outs, string(r.Out))
+		e.forwardPromises = append(e.forwardPromises, func(r *kgo.Record, err error) { e.forwarded(r, err, forwarded) })
+	}
+	e.otherPromise = e.otherAcked
 	return e
 }
 
-// forward produces r's copy to the cohort topic: key, value, headers and
-// timestamp unchanged.
-func (e *emitter) forward(ctx context.Context, r *kgo.Record, alone bool) {
+// forward produces r's copy to the output of route: key, value, headers
+// and timestamp unchanged.
+func (e *emitter) forward(ctx context.Context, r *kgo.Record, route int, alone bool) {
 	out := &kgo.Record{
-		Topic:     string(e.topics.Cohort),
+		Topic:     e.outs[route],
 		Key:       r.Key,
 		Value:     r.Value,
 		Headers:   r.Headers,
 		Timestamp: r.Timestamp,
 	}
-	e.produce(ctx, out, e.forwardPromise, alone)
+	e.produce(ctx, out, e.forwardPromises[route], alone)
 }
 
 // deadLetter sends r, read from source, to the DLQ with the reason and its
@@ -114,13 +126,13 @@ func (e *emitter) produce(ctx context.Context, r *kgo.Record, promise func(*kgo.
 	_ = e.s.client().Flush(ctx)
 }
 
-// forwarded accounts for a forwarded signal.
-func (e *emitter) forwarded(r *kgo.Record, err error) {
+// forwarded accounts for a forwarded signal in its route's counter.
+func (e *emitter) forwarded(r *kgo.Record, err error, forwarded prometheus.Counter) {
 	if err != nil {
 		e.failed(r, err, true)
 		return
 	}
-	e.m.forwarded.Inc()
+	forwarded.Inc()
 	if r.Offset%latencySample == 0 {
 		e.m.forwardLatency.Observe(time.Since(r.Timestamp).Seconds())
 	}

@@ -3,15 +3,18 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ownership answers the consumer group's callbacks: a signals partition
-// assigned to this instance becomes a claim, whose commands partition the
-// commands consumer starts reading; a partition revoked or lost is
-// dropped. The callbacks run on franz-go's goroutines.
+// ownership answers the consumer group's callbacks: a partition number
+// assigned to this instance (of every route's input at once: see
+// balancer.go) becomes a claim, whose commands partition the commands
+// consumer starts reading; a partition revoked or lost is dropped. The
+// callbacks run on franz-go's goroutines.
 type ownership struct {
 	cfg    *Config
 	store  Store
@@ -31,15 +34,19 @@ type ownership struct {
 // closed) until the commands are applied through an end offset observed
 // after this moment.
 func (o *ownership) assigned(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
-	parts := m[string(o.cfg.Topics.Signals)]
+	parts := o.partitions(m)
 	if len(parts) == 0 {
 		return
 	}
+	routes := len(o.cfg.Topics.Routes) + 1
 	seen := o.committedMeta(ctx)
 	skipTo := o.unsafeCommandEnds(ctx)
 	now := o.cfg.Now().UnixNano()
 	start := make(map[int32]kgo.Offset, len(parts))
 	for _, part := range parts {
+		if o.claims.get(part) != nil {
+			continue // claimed with another input's partition
+		}
 		next, _, err := o.store.Checkpoint(string(o.cfg.Topics.Commands), part)
 		if err != nil {
 			o.halt(fmt.Errorf("unable to read the commands checkpoint of partition %d: %w", part, err))
@@ -53,7 +60,7 @@ func (o *ownership) assigned(ctx context.Context, _ *kgo.Client, m map[string][]
 		if inherited && m.judged < next && !o.cfg.UnsafeSkipCommands {
 			next = m.judged
 		}
-		c := newClaim(part, now, next)
+		c := newClaim(part, routes, now, next)
 		if inherited {
 			c.maxEventNs.Store(m.eventNs)
 			c.inheritedMaxNs = m.eventNs
@@ -62,15 +69,18 @@ func (o *ownership) assigned(ctx context.Context, _ *kgo.Client, m map[string][]
 		o.claims.put(c)
 		start[part] = kgo.NoResetOffset().At(next)
 	}
+	if len(start) == 0 {
+		return
+	}
 	o.cmds.AddConsumePartitions(map[string]map[int32]kgo.Offset{string(o.cfg.Topics.Commands): start})
-	o.ev.PartitionsAssigned(PartitionsInfo{Partitions: parts})
+	o.ev.PartitionsAssigned(PartitionsInfo{Partitions: slices.Sorted(maps.Keys(start))})
 }
 
 // revoked stops every use of the partitions: their claims go, so the
 // commands side ignores their records and the signals loop drops what it
 // held.
 func (o *ownership) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	parts := m[string(o.cfg.Topics.Signals)]
+	parts := o.partitions(m)
 	if len(parts) == 0 {
 		return
 	}
@@ -81,6 +91,19 @@ func (o *ownership) revoked(_ context.Context, _ *kgo.Client, m map[string][]int
 	o.ev.PartitionsRevoked(PartitionsInfo{Partitions: parts})
 }
 
+// partitions returns the partition numbers m holds of any route's input,
+// ascending. The balancer moves a number on every input at once; should a
+// callback ever hold it for some inputs only, the number is claimed or
+// dropped as a whole all the same.
+func (o *ownership) partitions(m map[string][]int32) []int32 {
+	var parts []int32
+	for _, in := range o.cfg.Topics.Inputs() {
+		parts = append(parts, m[string(in)]...)
+	}
+	slices.Sort(parts)
+	return slices.Compact(parts)
+}
+
 // committedMeta is what a partition's previous owner left in its offset
 // metadata; see claim.meta.
 type committedMeta struct{ eventNs, judged int64 }
@@ -89,21 +112,33 @@ type committedMeta struct{ eventNs, judged int64 }
 // event time each partition's previous owner decided and how far it had
 // judged the commands. A leave with an earlier boundary may be late even
 // if this instance never saw the signal, unless the previous owner judged
-// it already. Unreadable metadata only weakens late-leave detection, so
-// errors are logged, not fatal.
+// it already. Every route's input carries the claim's metadata, each as of
+// the cycle that last committed it; every one was true when committed and
+// both values only grow, so the highest of each holds. Unreadable metadata
+// only weakens late-leave detection, so errors are logged, not fatal.
 func (o *ownership) committedMeta(ctx context.Context) map[int32]committedMeta {
 	out := make(map[int32]committedMeta)
-	resp, err := o.adm.FetchOffsetsForTopics(ctx, o.cfg.Group, string(o.cfg.Topics.Signals))
+	var inputs []string
+	for _, in := range o.cfg.Topics.Inputs() {
+		inputs = append(inputs, string(in))
+	}
+	resp, err := o.adm.FetchOffsetsForTopics(ctx, o.cfg.Group, inputs...)
 	if err != nil {
 		o.cfg.Logger.Warn("unable to read committed offsets metadata", "err", err)
 		return out
 	}
-	for part, off := range resp[string(o.cfg.Topics.Signals)] {
-		if off.Err != nil || off.Metadata == "" {
-			continue
-		}
-		if ts, judged, err := parseMeta(off.Metadata); err == nil {
-			out[part] = committedMeta{ts, judged}
+	for _, in := range inputs {
+		for part, off := range resp[in] {
+			if off.Err != nil || off.Metadata == "" {
+				continue
+			}
+			if ts, judged, err := parseMeta(off.Metadata); err == nil {
+				m, seen := out[part]
+				if !seen {
+					m = committedMeta{ts, judged}
+				}
+				out[part] = committedMeta{max(m.eventNs, ts), max(m.judged, judged)}
+			}
 		}
 	}
 	return out

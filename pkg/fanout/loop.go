@@ -14,9 +14,9 @@ import (
 )
 
 // loop is the signals side: one goroutine that owns a session and the
-// lanes (one per owned signals partition). It decides every signal
-// (decide.go), produces what they become (emit.go), produces what the
-// commands side queued in the outbox, and ends a cycle every
+// lanes (one per route's input and owned partition). It decides every
+// signal (decide.go), produces what they become (emit.go), produces what
+// the commands side queued in the outbox, and ends a cycle every
 // CommitInterval (end, with the session's Outcome).
 type loop struct {
 	cfg     *Config
@@ -27,6 +27,7 @@ type loop struct {
 	outbox  *outbox
 	refused *refusals
 	m       *metrics
+	series  []routeSeries // by route
 	ev      EventListener
 	rules   signalRules
 	kp      keyPartition
@@ -37,7 +38,9 @@ type loop struct {
 	// held and heldBytes publish what the lanes hold, for the metrics.
 	held, heldBytes *atomic.Int64
 
-	lanes map[int32]*lane
+	inputs []string       // the routes' inputs, by route index
+	route  map[string]int // input topic → route index
+	parts  map[int32]*part
 	// inflight are the outbox records produced in the current cycle; they
 	// are deleted from the store once its output is durable.
 	inflight []outboxItem
@@ -50,24 +53,41 @@ type loop struct {
 	passNs int64
 }
 
-// lane is the loop's state for one owned signals partition.
+// newLoop makes the loop of session s.
+func newLoop(cfg *Config, s session, out *emitter) *loop {
+	l := &loop{cfg: cfg, s: s, out: out, route: make(map[string]int), parts: make(map[int32]*part)}
+	for i, in := range cfg.Topics.Inputs() {
+		l.inputs = append(l.inputs, string(in))
+		l.route[string(in)] = i
+	}
+	return l
+}
+
+// part is the loop's state for one owned partition number: its claim,
+// shared by a lane per route.
+type part struct {
+	c     *claim
+	lanes []*lane // by route
+	// judged is the claim's applied offset read just before the outbox was
+	// last drained: the changelog records of every command below it are in
+	// this cycle or an earlier one. It goes into the offset metadata.
+	judged int64
+	// pass collects the signals forwarded in the current decision pass,
+	// on every route, published to the claim's record at its end; mark is
+	// that record's count when the cycle began, for taking back an aborted
+	// cycle's.
+	pass []fwd
+	mark uint64
+}
+
+// lane is the loop's state for one owned partition of one route's input.
 type lane struct {
-	c      *claim
 	q      queue
 	paused bool
 	// start is where this claim's consuming began (the offset of the first
 	// record fetched for it), or -1 before any record: where an abort
 	// rewinds a partition the group has no commit for.
 	start kgo.EpochOffset
-	// judged is the claim's applied offset read just before the outbox was
-	// last drained: the changelog records of every command below it are in
-	// this cycle or an earlier one. It goes into the offset metadata.
-	judged int64
-	// pass collects the signals forwarded in the current decision pass,
-	// published to the claim's record at its end; mark is that record's
-	// count when the cycle began, for taking back an aborted cycle's.
-	pass []fwd
-	mark uint64
 	// committedMeta is the offset metadata last committed for the lane.
 	committedMeta string
 }
@@ -81,8 +101,8 @@ func (l *loop) run(ctx context.Context) error {
 		if err := l.s.begin(); err != nil {
 			return fmt.Errorf("%w: unable to begin: %v", errReplaceSession, err)
 		}
-		for _, ln := range l.lanes {
-			ln.mark = ln.c.fwd.mark()
+		for _, pt := range l.parts {
+			pt.mark = pt.c.fwd.mark()
 		}
 		deadline := time.Now().Add(l.cfg.CommitInterval)
 		for ctx.Err() == nil && time.Now().Before(deadline) {
@@ -123,7 +143,7 @@ func (l *loop) drainLast(ctx context.Context) {
 
 // step polls once and decides what it can.
 func (l *loop) step(ctx, work context.Context, deadline time.Time) error {
-	l.syncLanes()
+	l.syncParts()
 	wait := time.Until(deadline)
 	if l.holding() && wait > l.cfg.AlignInterval {
 		wait = l.cfg.AlignInterval // held signals: look again soon
@@ -142,9 +162,9 @@ func (l *loop) step(ctx, work context.Context, deadline time.Time) error {
 }
 
 // take appends fetched signals to their lanes and reports fetch errors.
-// Lanes are synced first: the poll may have run the assignment callback.
+// Parts are synced first: the poll may have run the assignment callback.
 func (l *loop) take(fetches kgo.Fetches) {
-	l.syncLanes()
+	l.syncParts()
 	fetches.EachError(func(t string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return
@@ -160,12 +180,14 @@ func (l *loop) take(fetches kgo.Fetches) {
 		if len(fp.Records) == 0 {
 			return
 		}
-		ln := l.lanes[fp.Partition]
-		if ln == nil {
+		route, ok := l.route[fp.Topic]
+		pt := l.parts[fp.Partition]
+		if !ok || pt == nil {
 			// Fetched for a partition whose claim is gone: the new
 			// owner fetches it again from the committed offset.
 			return
 		}
+		ln := pt.lanes[route]
 		if ln.start.Offset < 0 {
 			first := fp.Records[0]
 			ln.start = kgo.EpochOffset{Epoch: first.LeaderEpoch, Offset: first.Offset}
@@ -173,38 +195,87 @@ func (l *loop) take(fetches kgo.Fetches) {
 		for _, r := range fp.Records {
 			ln.q.push(r, now)
 		}
-		l.m.signalsIn.Add(float64(len(fp.Records)))
+		l.series[route].in.Add(float64(len(fp.Records)))
 		last := fp.Records[len(fp.Records)-1].Offset
-		l.m.lag.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(max(fp.HighWatermark-last-1, 0)))
+		l.m.lag.WithLabelValues(fp.Topic, strconv.Itoa(int(fp.Partition))).Set(float64(max(fp.HighWatermark-last-1, 0)))
 	})
 }
 
-// syncLanes makes the lanes match the claims: a lane whose claim was
-// revoked or replaced is dropped with everything it held.
-func (l *loop) syncLanes() {
-	for p, ln := range l.lanes {
-		if cur := l.claims.get(p); cur != ln.c {
-			l.dropLane(p, ln)
+// syncParts makes the parts match the claims: a part whose claim was
+// revoked or replaced is dropped with everything its lanes held.
+func (l *loop) syncParts() {
+	for p, pt := range l.parts {
+		if cur := l.claims.get(p); cur != pt.c {
+			l.dropPart(p, pt)
 		}
 	}
 	for _, c := range l.claims.all() {
-		if l.lanes[c.partition] == nil {
-			l.lanes[c.partition] = &lane{c: c, start: kgo.EpochOffset{Epoch: -1, Offset: -1}, judged: c.judgedBelow, mark: c.fwd.mark()}
+		if l.parts[c.partition] == nil {
+			pt := &part{c: c, judged: c.judgedBelow, mark: c.fwd.mark(), lanes: make([]*lane, len(l.inputs))}
+			for i := range pt.lanes {
+				pt.lanes[i] = &lane{start: kgo.EpochOffset{Epoch: -1, Offset: -1}}
+			}
+			l.parts[c.partition] = pt
 		}
 	}
 }
 
-func (l *loop) dropLane(p int32, ln *lane) {
-	if ln.paused {
-		l.s.client().ResumeFetchPartitions(map[string][]int32{string(l.cfg.Topics.Signals): {p}})
+func (l *loop) dropPart(p int32, pt *part) {
+	for route, ln := range pt.lanes {
+		if ln.paused {
+			l.s.client().ResumeFetchPartitions(map[string][]int32{l.inputs[route]: {p}})
+		}
+		ln.q.reset()
+		l.m.lag.DeleteLabelValues(l.inputs[route], strconv.Itoa(int(p)))
 	}
-	ln.q.reset()
-	delete(l.lanes, p)
-	l.m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
+	delete(l.parts, p)
 }
 
 func (l *loop) holding() bool {
-	for _, ln := range l.lanes {
+	for _, pt := range l.parts {
+		for _, ln := range pt.lanes {
+			if ln.q.len() > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// decideAll decides, lane by lane, every signal at the head of its lane
+// that can be decided now. A signal that must wait blocks those behind it
+// in its lane: offsets are committed in order. The lanes of one partition
+// share its claim's alignment and record of forwarded signals.
+func (l *loop) decideAll(ctx context.Context) {
+	now := l.cfg.Now().UnixNano()
+	// One wall-clock read per pass for the hold histogram: per signal, the
+	// clock was a measurable share of the processor's CPU.
+	l.passNs = time.Now().UnixNano()
+	for _, pt := range l.parts {
+		if !pt.holding() {
+			continue
+		}
+		c := pt.c
+		c.fwd.begin() // before any gate read of the pass: see forwarded
+		av := alignView{nowNs: now, assignedNs: c.assignedNs}
+		av.through, av.known = c.alignedThrough()
+		for route, ln := range pt.lanes {
+			for {
+				h, ok := ln.q.peek()
+				if !ok || !l.decide(ctx, pt, route, h, av) {
+					break
+				}
+				ln.q.pop()
+			}
+		}
+		c.fwd.end(pt.pass)
+		pt.pass = pt.pass[:0]
+	}
+	l.held.Store(int64(l.heldCount()))
+}
+
+func (pt *part) holding() bool {
+	for _, ln := range pt.lanes {
 		if ln.q.len() > 0 {
 			return true
 		}
@@ -212,41 +283,12 @@ func (l *loop) holding() bool {
 	return false
 }
 
-// decideAll decides, lane by lane, every signal at the head of its lane
-// that can be decided now. A signal that must wait blocks those behind it:
-// offsets are committed in order.
-func (l *loop) decideAll(ctx context.Context) {
-	now := l.cfg.Now().UnixNano()
-	// One wall-clock read per pass for the hold histogram: per signal, the
-	// clock was a measurable share of the processor's CPU.
-	l.passNs = time.Now().UnixNano()
-	for _, ln := range l.lanes {
-		if ln.q.len() == 0 {
-			continue
-		}
-		c := ln.c
-		c.fwd.begin() // before any gate read of the pass: see forwarded
-		av := alignView{nowNs: now, assignedNs: c.assignedNs}
-		av.through, av.known = c.alignedThrough()
-		for {
-			h, ok := ln.q.peek()
-			if !ok || !l.decide(ctx, ln, h, av) {
-				break
-			}
-			ln.q.pop()
-		}
-		c.fwd.end(ln.pass)
-		ln.pass = ln.pass[:0]
-	}
-	l.held.Store(int64(l.heldCount()))
-}
-
-// decide settles one signal by its verdict (decide.go), reporting false
-// when it must wait.
-func (l *loop) decide(ctx context.Context, ln *lane, h held, av alignView) bool {
-	r, c := h.r, ln.c
+// decide settles one signal of route by its verdict (decide.go), reporting
+// false when it must wait.
+func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av alignView) bool {
+	r, c := h.r, pt.c
 	rfl, refused := l.refused.take(r)
-	v := l.rules.judge(l.kp, r, rfl, refused, av)
+	v := l.rules.judge(l.kp, r, route, rfl, refused, av)
 	if v.act == actHold {
 		return false
 	}
@@ -259,14 +301,14 @@ func (l *loop) decide(ctx context.Context, ln *lane, h held, av alignView) bool 
 	case actRepublish:
 		l.out.republish(ctx, r, v.want, SourceSignals, v.alone)
 	case actGate:
-		c.publishDeciding(r.Offset, v.tsNs) // before asking the gate: see claim
+		c.publishDeciding(route, r.Offset, v.tsNs) // before asking the gate: see claim
 		l.m.holdSeconds.Observe(float64(l.passNs-h.fetchedNs) / 1e9)
 		if !l.gate.Allows(v.user, uint64(v.tsNs)) {
-			l.m.dropped.WithLabelValues(dropLeft).Inc()
+			l.series[route].droppedLeft.Inc()
 			return true
 		}
-		ln.pass = append(ln.pass, fwd{user: v.user, ts: v.tsNs})
-		l.out.forward(ctx, r, v.alone)
+		pt.pass = append(pt.pass, fwd{user: v.user, ts: v.tsNs})
+		l.out.forward(ctx, r, route, v.alone)
 	}
 	return true
 }
@@ -279,8 +321,8 @@ func (l *loop) decide(ctx context.Context, ln *lane, h held, av alignView) bool 
 // is gone is not produced (see outboxItem.owner); it is deleted with the
 // cycle all the same.
 func (l *loop) drainOutbox(ctx context.Context) {
-	for _, ln := range l.lanes {
-		ln.judged = ln.c.applied.Load()
+	for _, pt := range l.parts {
+		pt.judged = pt.c.applied.Load()
 	}
 	items := l.outbox.take()
 	for i := range items {
@@ -294,17 +336,18 @@ func (l *loop) drainOutbox(ctx context.Context) {
 // backpressure pauses fetching of a lane holding more than HoldMaxBytes and
 // resumes it below half.
 func (l *loop) backpressure() {
-	topic := string(l.cfg.Topics.Signals)
 	var heldBytes int64
-	for p, ln := range l.lanes {
-		heldBytes += ln.q.bytes
-		switch {
-		case !ln.paused && ln.q.bytes > l.cfg.HoldMaxBytes:
-			l.s.client().PauseFetchPartitions(map[string][]int32{topic: {p}})
-			ln.paused = true
-		case ln.paused && ln.q.bytes < l.cfg.HoldMaxBytes/2:
-			l.s.client().ResumeFetchPartitions(map[string][]int32{topic: {p}})
-			ln.paused = false
+	for p, pt := range l.parts {
+		for route, ln := range pt.lanes {
+			heldBytes += ln.q.bytes
+			switch {
+			case !ln.paused && ln.q.bytes > l.cfg.HoldMaxBytes:
+				l.s.client().PauseFetchPartitions(map[string][]int32{l.inputs[route]: {p}})
+				ln.paused = true
+			case ln.paused && ln.q.bytes < l.cfg.HoldMaxBytes/2:
+				l.s.client().ResumeFetchPartitions(map[string][]int32{l.inputs[route]: {p}})
+				ln.paused = false
+			}
 		}
 	}
 	l.heldBytes.Store(heldBytes)
@@ -312,8 +355,10 @@ func (l *loop) backpressure() {
 
 func (l *loop) heldCount() int {
 	n := 0
-	for _, ln := range l.lanes {
-		n += ln.q.len()
+	for _, pt := range l.parts {
+		for _, ln := range pt.lanes {
+			n += ln.q.len()
+		}
 	}
 	return n
 }
@@ -341,14 +386,16 @@ func (l *loop) end(ctx context.Context) error {
 	l.inflight, l.settledRefused = l.inflight[:0], l.settledRefused[:0]
 	switch out {
 	case Committed:
-		for p, ln := range l.lanes {
-			if ps, ok := pos[p]; ok {
-				ln.committedMeta = ps.meta
+		for p, pt := range l.parts {
+			for route, ln := range pt.lanes {
+				if ps, ok := pos[l.inputs[route]][p]; ok {
+					ln.committedMeta = ps.meta
+				}
 			}
 		}
 	case Aborted:
-		for _, ln := range l.lanes {
-			ln.c.fwd.takeBack(ln.mark) // not forwarded: decided again
+		for _, pt := range l.parts {
+			pt.c.fwd.takeBack(pt.mark) // not forwarded: decided again
 		}
 		l.rewind()
 	case Unknown:
@@ -357,22 +404,29 @@ func (l *loop) end(ctx context.Context) error {
 	return nil
 }
 
-// positions are what the cycle asks to commit: each lane's offset
-// metadata, and its first held signal, which pins the committed offset.
-func (l *loop) positions() map[int32]position {
-	pos := make(map[int32]position, len(l.lanes))
-	for p, ln := range l.lanes {
-		ps := position{meta: ln.c.meta(ln.judged)}
-		// Refresh only a partition this claim has fetched from: its
-		// committed offset was read when the assignment began, and no
-		// offset commit may race that read (the new owner's offset fetch
-		// waits for pending transactional commits to end). A lane whose
-		// claim is gone must not be committed at all.
-		ps.refresh = ps.meta != ln.committedMeta && ln.start.Offset >= 0 && !ln.c.revoked.Load()
-		if h, ok := ln.q.peek(); ok {
-			ps.held, ps.at = true, kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset}
+// positions are what the cycle asks to commit, per input topic and
+// partition: the claim's offset metadata, and the lane's first held
+// signal, which pins the committed offset.
+func (l *loop) positions() map[string]map[int32]position {
+	pos := make(map[string]map[int32]position, len(l.inputs))
+	for _, in := range l.inputs {
+		pos[in] = make(map[int32]position, len(l.parts))
+	}
+	for p, pt := range l.parts {
+		meta := pt.c.meta(pt.judged)
+		for route, ln := range pt.lanes {
+			ps := position{meta: meta}
+			// Refresh only a partition this claim has fetched from: its
+			// committed offset was read when the assignment began, and no
+			// offset commit may race that read (the new owner's offset
+			// fetch waits for pending transactional commits to end). A
+			// lane whose claim is gone must not be committed at all.
+			ps.refresh = ps.meta != ln.committedMeta && ln.start.Offset >= 0 && !pt.c.revoked.Load()
+			if h, ok := ln.q.peek(); ok {
+				ps.held, ps.at = true, kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset}
+			}
+			pos[l.inputs[route]][p] = ps
 		}
-		pos[p] = ps
 	}
 	return pos
 }
@@ -381,22 +435,27 @@ func (l *loop) positions() map[int32]position {
 // all lanes back to the group's committed offsets, so that the aborted
 // cycle's signals are fetched and decided again.
 func (l *loop) rewind() {
-	l.syncLanes() // a revocation may have ended the cycle: only rewind what is still ours
-	topic := string(l.cfg.Topics.Signals)
-	for _, ln := range l.lanes {
-		ln.q.reset()
+	l.syncParts() // a revocation may have ended the cycle: only rewind what is still ours
+	committed := l.s.client().CommittedOffsets()
+	set := make(map[string]map[int32]kgo.EpochOffset, len(l.inputs))
+	for route, in := range l.inputs {
+		lanes := make(map[int32]*lane, len(l.parts))
+		for p, pt := range l.parts {
+			pt.lanes[route].q.reset()
+			lanes[p] = pt.lanes[route]
+		}
+		set[in] = rewindOffsets(lanes, committed[in])
 	}
-	set := rewindOffsets(l.lanes, l.s.client().CommittedOffsets()[topic])
-	l.s.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: set})
+	l.s.client().SetOffsets(set)
 }
 
-// rewindOffsets returns where each lane's partition must be consumed from
-// again after an abort: its committed offset, or, for a partition the
-// client knows no commit of, where the lane's consuming began. A lane that
-// has fetched nothing is left alone: its committed offset may still be
-// being fetched, and a SetOffsets then would win over it (a partition
-// taken over from another instance would start again at 0, forwarding its
-// whole history a second time).
+// rewindOffsets returns where each lane's partition of one input must be
+// consumed from again after an abort: its committed offset, or, for a
+// partition the client knows no commit of, where the lane's consuming
+// began. A lane that has fetched nothing is left alone: its committed
+// offset may still be being fetched, and a SetOffsets then would win over
+// it (a partition taken over from another instance would start again at 0,
+// forwarding its whole history a second time).
 func rewindOffsets(lanes map[int32]*lane, committed map[int32]kgo.EpochOffset) map[int32]kgo.EpochOffset {
 	set := make(map[int32]kgo.EpochOffset, len(lanes))
 	for p, ln := range lanes {

@@ -29,7 +29,7 @@ func TestRewindOffsets(t *testing.T) {
 		{"other partitions' commits ignored", at(7), map[int32]kgo.EpochOffset{1: at(99)}, map[int32]kgo.EpochOffset{3: at(7)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lanes := map[int32]*lane{3: {c: newClaim(3, 0, 0), start: tc.start}}
+			lanes := map[int32]*lane{3: {start: tc.start}}
 			got := rewindOffsets(lanes, tc.committed)
 			if !maps.Equal(got, tc.want) {
 				t.Fatalf("rewindOffsets = %v, want %v", got, tc.want)

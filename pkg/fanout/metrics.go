@@ -11,9 +11,9 @@ import (
 // Most are kept by an event listener (listener); the per-signal counters
 // and histograms, on the hot path, are kept by the signals loop directly.
 type metrics struct {
-	signalsIn      prometheus.Counter
-	forwarded      prometheus.Counter
-	dropped        *prometheus.CounterVec // reason
+	signalsIn      *prometheus.CounterVec // route
+	forwarded      *prometheus.CounterVec // route
+	dropped        *prometheus.CounterVec // route, reason
 	dlq            *prometheus.CounterVec // source, reason
 	commands       *prometheus.CounterVec // op, result
 	misrouted      *prometheus.CounterVec // source
@@ -23,7 +23,31 @@ type metrics struct {
 	forwardLatency prometheus.Histogram
 	holdSeconds    prometheus.Histogram
 	restoreSeconds prometheus.Gauge
-	lag            *prometheus.GaugeVec // partition
+	lag            *prometheus.GaugeVec // route, partition
+}
+
+// The route label of a series is the route's input topic: bounded by the
+// configuration, like the partitions.
+
+// routeSeries are one route's per-signal series, looked up once: the
+// signals loop touches them for every signal.
+type routeSeries struct {
+	in, forwarded, droppedLeft prometheus.Counter
+}
+
+// routes returns the per-signal series of each route, by route index
+// (the order of topics.Set.AllRoutes), creating them so that dashboards
+// show zero, not absence.
+func (m *metrics) routes(inputs []string) []routeSeries {
+	out := make([]routeSeries, len(inputs))
+	for i, in := range inputs {
+		out[i] = routeSeries{
+			in:          m.signalsIn.WithLabelValues(in),
+			forwarded:   m.forwarded.WithLabelValues(in),
+			droppedLeft: m.dropped.WithLabelValues(in, dropLeft),
+		}
+	}
+	return out
 }
 
 // Metric names, exported for dashboards, alerts and tests.
@@ -83,15 +107,15 @@ func (g partitionGauges) Collect(ch chan<- prometheus.Metric) {
 func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	latencyBuckets := prometheus.ExponentialBuckets(0.0005, 2, 16) // 0.5ms .. ~16s
 	m := &metrics{
-		signalsIn: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: MetricSignalsIn, Help: "Signals fetched from the signals topic.",
-		}),
-		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: MetricForwarded, Help: "Signals forwarded to the cohort topic (acknowledged; in a committed transaction when exactly-once).",
-		}),
+		signalsIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricSignalsIn, Help: "Signals fetched, by route (its input topic).",
+		}, []string{"route"}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricForwarded, Help: "Signals forwarded to their route's output (acknowledged; in a committed transaction when exactly-once), by route (its input topic).",
+		}, []string{"route"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricDropped, Help: "Signals not forwarded because the user had left at the signal's event time.",
-		}, []string{"reason"}),
+			Name: MetricDropped, Help: "Signals not forwarded because the user had left at the signal's event time, by route (its input topic).",
+		}, []string{"route", "reason"}),
 		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricDLQ, Help: "Records written to the dead-letter topic, by source topic role and reason.",
 		}, []string{"source", "reason"}),
@@ -122,8 +146,8 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Name: MetricRestoreSeconds, Help: "Seconds the last start-up rebuild of the gate from the local store took.",
 		}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: MetricConsumerLag, Help: "Records between the signals high watermark and the last fetched offset, per owned partition.",
-		}, []string{"partition"}),
+			Name: MetricConsumerLag, Help: "Records between an input's high watermark and the last fetched offset, per route (its input topic) and owned partition.",
+		}, []string{"route", "partition"}),
 	}
 	cs := []prometheus.Collector{
 		m.signalsIn, m.forwarded, m.dropped, m.dlq, m.commands, m.misrouted,
@@ -146,8 +170,8 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			return nil, err
 		}
 	}
-	// Pre-create the common series so dashboards show zero, not absence.
-	m.dropped.WithLabelValues(dropLeft)
+	// Pre-create the common series so dashboards show zero, not absence
+	// (the routes' own: routes).
 	m.txns.WithLabelValues(outcomeCommit)
 	m.txns.WithLabelValues(outcomeAbort)
 	return m, nil

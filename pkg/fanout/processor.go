@@ -18,11 +18,12 @@ import (
 // it allows. Make one with New and call Run once. It holds what its parts
 // share and wires them in Run; none of them reaches back into it.
 type Processor struct {
-	cfg   Config
-	store Store
-	gate  *gate.Map
-	m     *metrics
-	ev    EventListener // Config.EventListener, the metrics' and the log's
+	cfg    Config
+	store  Store
+	gate   *gate.Map
+	m      *metrics
+	series []routeSeries // the routes' per-signal series
+	ev     EventListener // Config.EventListener, the metrics' and the log's
 
 	claims  claims
 	outbox  outbox
@@ -40,6 +41,7 @@ type Processor struct {
 func New(cfg Config, store Store) (*Processor, error) {
 	cfg.Brokers = append([]string(nil), cfg.Brokers...)
 	cfg.KafkaOpts = append([]kgo.Opt(nil), cfg.KafkaOpts...)
+	cfg.Topics = cfg.Topics.Clone()
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("fanout: invalid config:\n%w", err)
@@ -75,6 +77,11 @@ func New(cfg Config, store Store) (*Processor, error) {
 		return nil, fmt.Errorf("fanout: unable to register metrics: %w", err)
 	}
 	p.m = m
+	var inputs []string
+	for _, in := range cfg.Topics.Inputs() {
+		inputs = append(inputs, string(in))
+	}
+	p.series = m.routes(inputs)
 	p.ev = TeeEventListener(TeeEventListener(m.listener(), MakeLoggingEventListener(cfg.Logger)), cfg.EventListener)
 	return p, nil
 }
@@ -116,6 +123,17 @@ type PartitionStatus struct {
 	// offset applied, records above it); 0 when they are not. Signals of
 	// the partition wait while it lasts.
 	OpenTransaction time.Duration
+	// Inputs are the partition of every route's input, in route order.
+	Inputs []InputStatus
+}
+
+// InputStatus is an owned partition of one route's input.
+type InputStatus struct {
+	Topic string
+	// Next is one past the highest offset decided since this instance
+	// took the partition over, -1 before the first: a command applied now
+	// is enforced from it on (the receipts' offsets).
+	Next int64
 }
 
 // Partitions lists the partitions this instance owns, ordered by number.
@@ -124,6 +142,9 @@ func (p *Processor) Partitions() []PartitionStatus {
 	var out []PartitionStatus
 	for _, c := range p.claims.all() {
 		st := PartitionStatus{Partition: c.partition, CaughtUp: c.caughtUp.Load()}
+		for i, in := range p.cfg.Topics.Inputs() {
+			st.Inputs = append(st.Inputs, InputStatus{Topic: string(in), Next: c.deciding[i].Load()})
+		}
 		if since := c.openTxnSinceNs.Load(); since != 0 {
 			st.OpenTransaction = time.Duration(max(now-since, 0))
 		}
@@ -234,17 +255,19 @@ func (p *Processor) Run(ctx context.Context) error {
 // signals runs the signals side, replacing its session whenever the
 // outcome of a transaction is unknown.
 func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, applierDone <-chan struct{}, halt func(error)) error {
-	rules := signalRules{partitions: k.signalPartitions, cohortLimit: k.lim.of(string(p.cfg.Topics.Cohort)),
-		skew: p.cfg.MaxFutureSkew, grace: p.cfg.grace()}
+	rules := signalRules{partitions: k.signalPartitions, skew: p.cfg.MaxFutureSkew, grace: p.cfg.grace()}
+	for _, r := range p.cfg.Topics.AllRoutes() {
+		rules.outs = append(rules.outs, routeOut{topic: string(r.Out), limit: k.lim.of(string(r.Out))})
+	}
 	for ctx.Err() == nil {
 		s, err := p.newSession(own)
 		if err != nil {
 			return err
 		}
-		l := &loop{cfg: &p.cfg, s: s, claims: &p.claims, gate: p.gate, outbox: &p.outbox, refused: &p.refused,
-			m: p.m, ev: p.ev, rules: rules, kp: newKeyPartition(), halt: halt, applierDone: applierDone,
-			held: &p.held, heldBytes: &p.heldBytes, lanes: make(map[int32]*lane),
-			out: newEmitter(s, p.cfg.Topics, k.lim, &p.refused, p.m, p.ev, halt)}
+		l := newLoop(&p.cfg, s, newEmitter(s, p.cfg.Topics, k.lim, &p.refused, p.m, p.series, p.ev, halt))
+		l.claims, l.gate, l.outbox, l.refused = &p.claims, p.gate, &p.outbox, &p.refused
+		l.m, l.series, l.ev, l.rules, l.kp, l.halt = p.m, p.series, p.ev, rules, newKeyPartition(), halt
+		l.applierDone, l.held, l.heldBytes = applierDone, &p.held, &p.heldBytes
 		err = l.run(ctx)
 		s.close() // leaves the group; the revoke callback drops the claims
 		switch {
@@ -257,13 +280,17 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 	return nil
 }
 
-// newSession makes the signals session: a group member of the signals
-// topic whose assignments own answers.
+// newSession makes the signals session: a group member of every route's
+// input whose assignments own answers.
 func (p *Processor) newSession(own *ownership) (session, error) {
-	topic := string(p.cfg.Topics.Signals)
+	var inputs []string
+	for _, in := range p.cfg.Topics.Inputs() {
+		inputs = append(inputs, string(in))
+	}
 	opts := append(clientOpts(&p.cfg, &p.lim, "cohortgate-signals"),
 		kgo.ConsumerGroup(p.cfg.Group),
-		kgo.ConsumeTopics(topic),
+		kgo.ConsumeTopics(inputs...),
+		kgo.Balancers(balancerFor(inputs)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.BlockRebalanceOnPoll(),
@@ -281,9 +308,9 @@ func (p *Processor) newSession(own *ownership) (session, error) {
 	// one cycle (its end bounded by endTimeout), so a little more suffices.
 	opts = append(opts, kgo.RebalanceTimeout(p.endTimeout()+5*time.Second))
 	if p.cfg.ExactlyOnce {
-		return newTxnSession(topic, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
+		return newTxnSession(inputs, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
 	}
-	return newPlainSession(topic, append(opts, kgo.DisableAutoCommit()))
+	return newPlainSession(inputs, append(opts, kgo.DisableAutoCommit()))
 }
 
 // endTimeout bounds the end of a transaction: the session timeout

@@ -26,14 +26,16 @@ type session interface {
 	begin() error
 	produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 	// end flushes what the cycle produced and, unless a produce failed,
-	// commits the offsets planCommit makes of pos. The error says why the
-	// outcome is not Committed or Aborted.
-	end(ctx context.Context, pos map[int32]position) (Outcome, error)
+	// commits the offsets planCommit makes of pos (by input topic and
+	// partition). The error says why the outcome is not Committed or
+	// Aborted.
+	end(ctx context.Context, pos map[string]map[int32]position) (Outcome, error)
 	allowRebalance()
 	close()
 }
 
-// position is what the signals loop wants committed for one partition.
+// position is what the signals loop wants committed for one partition of
+// one input.
 type position struct {
 	held bool            // at is the first undecided record; commit it instead of the poll head
 	at   kgo.EpochOffset // valid when held
@@ -45,15 +47,15 @@ type position struct {
 	refresh bool
 }
 
-// planned is what a cycle commits for one signals partition.
+// planned is what a cycle commits for one partition of one input.
 type planned struct {
 	at      kgo.EpochOffset
 	meta    string
 	hasMeta bool // false for a partition without a position (its lane is gone): franz-go's metadata stays
 }
 
-// planCommit is what a cycle commits, the same for both kinds of session:
-// for each partition polled in the cycle (uncommitted: one past its last
+// planCommit is what a cycle commits of one input, the same for both kinds
+// of session: for each partition polled in the cycle (uncommitted: one past its last
 // polled record, which also steps over transaction markers), that offset,
 // or, for a partition whose position is held, its first undecided record,
 // so that held signals are fetched again after a crash; and for a
@@ -96,7 +98,7 @@ func (f *failures) wrap(promise func(*kgo.Record, error)) func(*kgo.Record, erro
 // GroupTransactSession (KIP-447: zombies are fenced by group generation).
 type txnSession struct {
 	s      *kgo.GroupTransactSession
-	topic  string
+	inputs []string
 	failed failures
 	// endTimeout bounds GroupTransactSession.End. End waits for a forced
 	// heartbeat; when the member's session has expired meanwhile (the
@@ -107,12 +109,12 @@ type txnSession struct {
 	endTimeout time.Duration
 }
 
-func newTxnSession(topic string, endTimeout time.Duration, opts []kgo.Opt) (*txnSession, error) {
+func newTxnSession(inputs []string, endTimeout time.Duration, opts []kgo.Opt) (*txnSession, error) {
 	s, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("unable to create transactional session: %w", err)
 	}
-	return &txnSession{s: s, topic: topic, endTimeout: endTimeout}, nil
+	return &txnSession{s: s, inputs: inputs, endTimeout: endTimeout}, nil
 }
 
 func (t *txnSession) client() *kgo.Client { return t.s.Client() }
@@ -131,24 +133,30 @@ func (t *txnSession) produce(ctx context.Context, r *kgo.Record, promise func(*k
 // a rebalance but not on failed produces, and would commit the input
 // offsets of output that never landed. Counting failures after our own
 // flush closes that gap.
-func (t *txnSession) end(ctx context.Context, pos map[int32]position) (Outcome, error) {
+func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position) (Outcome, error) {
 	defer t.failed.n.Store(0)
 	if err := t.s.Client().Flush(ctx); err != nil {
 		return Unknown, fmt.Errorf("unable to flush transaction: %w", err)
 	}
 	cl := t.s.Client()
-	plan := planCommit(cl.UncommittedOffsets()[t.topic], cl.CommittedOffsets()[t.topic], pos)
+	uncommitted, committed := cl.UncommittedOffsets(), cl.CommittedOffsets()
+	plans := make(map[string]map[int32]planned, len(t.inputs))
+	for _, in := range t.inputs {
+		plans[in] = planCommit(uncommitted[in], committed[in], pos[in])
+	}
 	ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
-		applyPlan(req, t.topic, plan)
+		for _, in := range t.inputs {
+			applyPlan(req, in, plans[in])
+		}
 		return nil
 	})
 	ctx, cancel := context.WithTimeout(ctx, t.endTimeout)
 	defer cancel()
-	committed, err := t.s.End(ctx, kgo.TransactionEndTry(t.failed.n.Load() == 0))
+	done, err := t.s.End(ctx, kgo.TransactionEndTry(t.failed.n.Load() == 0))
 	switch {
 	case err != nil:
 		return Unknown, fmt.Errorf("unable to end transaction: %w", err)
-	case !committed:
+	case !done:
 		return Aborted, nil
 	}
 	return Committed, nil
@@ -205,16 +213,16 @@ func (t *txnSession) close() { t.s.CloseAllowingRebalance() }
 // everything produced in the cycle is acknowledged.
 type plainSession struct {
 	cl     *kgo.Client
-	topic  string
+	inputs []string
 	failed failures
 }
 
-func newPlainSession(topic string, opts []kgo.Opt) (*plainSession, error) {
+func newPlainSession(inputs []string, opts []kgo.Opt) (*plainSession, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("unable to create consumer: %w", err)
 	}
-	return &plainSession{cl: cl, topic: topic}, nil
+	return &plainSession{cl: cl, inputs: inputs}, nil
 }
 
 func (p *plainSession) client() *kgo.Client { return p.cl }
@@ -229,7 +237,7 @@ func (p *plainSession) produce(ctx context.Context, r *kgo.Record, promise func(
 	p.cl.Produce(ctx, r, p.failed.wrap(promise))
 }
 
-func (p *plainSession) end(ctx context.Context, pos map[int32]position) (Outcome, error) {
+func (p *plainSession) end(ctx context.Context, pos map[string]map[int32]position) (Outcome, error) {
 	defer p.failed.n.Store(0)
 	if err := p.cl.Flush(ctx); err != nil {
 		return Unknown, fmt.Errorf("unable to flush: %w", err)
@@ -237,19 +245,26 @@ func (p *plainSession) end(ctx context.Context, pos map[int32]position) (Outcome
 	if p.failed.n.Load() > 0 {
 		return Aborted, nil
 	}
-	plan := planCommit(p.cl.UncommittedOffsets()[p.topic], p.cl.CommittedOffsets()[p.topic], pos)
-	if len(plan) == 0 {
-		return Committed, nil
+	uncommitted, committed := p.cl.UncommittedOffsets(), p.cl.CommittedOffsets()
+	plans := make(map[string]map[int32]planned, len(p.inputs))
+	offsets := make(map[string]map[int32]kgo.EpochOffset, len(p.inputs))
+	for _, in := range p.inputs {
+		plan := planCommit(uncommitted[in], committed[in], pos[in])
+		if len(plan) == 0 {
+			continue
+		}
+		plans[in] = plan
+		offsets[in] = make(map[int32]kgo.EpochOffset, len(plan))
+		for part, pl := range plan {
+			offsets[in][part] = pl.at
+		}
 	}
-	offsets := make(map[int32]kgo.EpochOffset, len(plan))
-	for part, pl := range plan {
-		offsets[part] = pl.at
+	if len(offsets) == 0 {
+		return Committed, nil
 	}
 	ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
 		for i := range req.Topics {
-			if req.Topics[i].Topic != p.topic {
-				continue
-			}
+			plan := plans[req.Topics[i].Topic]
 			for j := range req.Topics[i].Partitions {
 				part := &req.Topics[i].Partitions[j]
 				if pl, ok := plan[part.Partition]; ok && pl.hasMeta {
@@ -260,7 +275,7 @@ func (p *plainSession) end(ctx context.Context, pos map[int32]position) (Outcome
 		return nil
 	})
 	var commitErr error
-	p.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{p.topic: offsets},
+	p.cl.CommitOffsetsSync(ctx, offsets,
 		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 			commitErr = err
 			if err == nil {

@@ -15,18 +15,34 @@ import (
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-// PartitionMismatchError reports input topics that are not co-partitioned.
+// PartitionMismatchError reports route inputs that are not co-partitioned
+// with the commands.
 type PartitionMismatchError struct {
-	Commands, Signals                   topics.Topic
-	CommandPartitions, SignalPartitions int
+	Commands          topics.Topic
+	CommandPartitions int
+	// Inputs are the route inputs whose partition count differs from the
+	// commands', in the order of the routes.
+	Inputs []TopicPartitions
 }
 
+// TopicPartitions is a topic's partition count.
+type TopicPartitions struct {
+	Topic      topics.Topic
+	Partitions int
+}
+
+// Error says what differs, one line per input, and how to fix it.
 func (e *PartitionMismatchError) Error() string {
-	return fmt.Sprintf("%s has %d partitions but %s has %d: they must be equal, "+
-		"because partition p of the commands must hold every command for the users whose signals are in partition p; "+
-		"fix: recreate %s with %d partitions (its commands are the source of truth, so copy them over), "+
-		"or point --commands-topic/--signals-topic at co-partitioned topics",
-		e.Commands, e.CommandPartitions, e.Signals, e.SignalPartitions, e.Commands, e.SignalPartitions)
+	var b strings.Builder
+	fmt.Fprintf(&b, "input topics not co-partitioned with %s (%d partitions): partition p of the commands must hold "+
+		"every command for the users whose signals are in partition p of every input", e.Commands, e.CommandPartitions)
+	for _, in := range e.Inputs {
+		fmt.Fprintf(&b, "\n  %s has %d partitions, %s has %d", in.Topic, in.Partitions, e.Commands, e.CommandPartitions)
+	}
+	fmt.Fprintf(&b, "\nfix: recreate the inputs with %d partitions, or, when they all agree, recreate %s with theirs "+
+		"(its commands are the source of truth, so copy them over); or point --commands-topic and --route at co-partitioned topics",
+		e.CommandPartitions, e.Commands)
+	return b.String()
 }
 
 // MissingTopicsError reports topics that do not exist while topic creation
@@ -125,7 +141,10 @@ const maxProducerBatchBytes = 64 << 20
 // whose setting is not reported keeps Kafka's default.
 func readLimits(ctx context.Context, adm *kadm.Client, set topics.Set) (limits, error) {
 	l := limits{byTopic: make(map[string]int)}
-	names := []string{string(set.Commands), string(set.Signals), string(set.Cohort), string(set.DLQ), string(set.Changelog)}
+	var names []string
+	for _, s := range set.Specs() {
+		names = append(names, string(s.Topic))
+	}
 	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
 	if err != nil {
 		return l, fmt.Errorf("unable to read the topics' max.message.bytes: %w", err)
@@ -184,12 +203,14 @@ func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, log interfa
 		}
 	}
 	nc := len(details[string(cfg.Topics.Commands)].Partitions)
-	ns := len(details[string(cfg.Topics.Signals)].Partitions)
-	if nc != ns {
-		return nil, &PartitionMismatchError{
-			Commands: cfg.Topics.Commands, Signals: cfg.Topics.Signals,
-			CommandPartitions: nc, SignalPartitions: ns,
+	mismatch := &PartitionMismatchError{Commands: cfg.Topics.Commands, CommandPartitions: nc}
+	for _, in := range cfg.Topics.Inputs() {
+		if n := len(details[string(in)].Partitions); n != nc {
+			mismatch.Inputs = append(mismatch.Inputs, TopicPartitions{Topic: in, Partitions: n})
 		}
+	}
+	if len(mismatch.Inputs) > 0 {
+		return nil, mismatch
 	}
 	return details, nil
 }
@@ -215,13 +236,14 @@ func listTopics(ctx context.Context, adm *kadm.Client, names []string) (kadm.Top
 	return out, nil
 }
 
-// createTopics creates the missing topics. An input topic created beside an
-// existing one takes its partition count, so the pair stays co-partitioned.
+// createTopics creates the missing topics. An input topic (the commands or a
+// route's input) created beside an existing one takes its partition count
+// (the commands' when they exist), so they stay co-partitioned.
 func createTopics(ctx context.Context, adm *kadm.Client, cfg Config, existing kadm.TopicDetails, missing []topics.Spec, log interface {
 	Info(string, ...any)
 }) error {
 	inputs := cfg.Partitions
-	for _, t := range []topics.Topic{cfg.Topics.Signals, cfg.Topics.Commands} {
+	for _, t := range append(cfg.Topics.Inputs(), cfg.Topics.Commands) {
 		if d, ok := existing[string(t)]; ok {
 			inputs = int32(len(d.Partitions))
 		}
