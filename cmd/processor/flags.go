@@ -15,6 +15,9 @@ import (
 const envPrefix = "COHORTGATE_"
 
 func envName(flagName string) string {
+	if flagName == "route" {
+		return envPrefix + "ROUTES" // a list of routes, where the flag repeats
+	}
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 

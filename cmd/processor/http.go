@@ -27,7 +27,7 @@ type view interface {
 //	GET /healthz                 200 while the process serves
 //	GET /readyz                  200 once state is restored and every owned partition caught up, else 503 and why
 //	GET /v1/members/{user_id}    the user's record, as the changelog carries it
-//	GET /v1/partitions           owned partitions: restoring or forwarding, and how long an open transaction holds its commands
+//	GET /v1/partitions           owned partitions: restoring or forwarding, how long an open transaction holds its commands, and each input's next offset
 //	/debug/pprof/...             Go's profiler, only when withPprof is set
 //
 // Nothing here authenticates its caller: the server binds to loopback by
@@ -70,7 +70,11 @@ func newHandler(reg prometheus.Gatherer, v view, withPprof bool) http.Handler {
 	mux.HandleFunc("GET /v1/partitions", func(w http.ResponseWriter, _ *http.Request) {
 		out := make(map[string]partitionJSON)
 		for _, st := range v.Partitions() {
-			pj := partitionJSON{State: "restoring", OpenTransactionSeconds: st.OpenTransaction.Seconds()}
+			pj := partitionJSON{State: "restoring", OpenTransactionSeconds: st.OpenTransaction.Seconds(),
+				Inputs: make(map[string]inputJSON, len(st.Inputs))}
+			for _, in := range st.Inputs {
+				pj.Inputs[in.Topic] = inputJSON{NextOffset: in.Next}
+			}
 			if st.CaughtUp {
 				pj.State = "forwarding"
 			}
@@ -87,6 +91,16 @@ type partitionJSON struct {
 	// OpenTransactionSeconds is how long a transaction left open on the
 	// partition's commands has held its signals; 0 when none does.
 	OpenTransactionSeconds float64 `json:"open_transaction_seconds"`
+	// Inputs are the partition of every route's input, by topic.
+	Inputs map[string]inputJSON `json:"inputs"`
+}
+
+// inputJSON is one input's partition in /v1/partitions.
+type inputJSON struct {
+	// NextOffset is one past the highest offset decided since this
+	// instance took the partition over, -1 before the first: a command
+	// applied now is enforced from it on.
+	NextOffset int64 `json:"next_offset"`
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

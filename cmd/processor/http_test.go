@@ -1,24 +1,51 @@
 package main
 
 import (
-	"github.com/cohortgate/cohortgate/pkg/fanout"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cohortgate/cohortgate/pkg/fanout"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-// stubView is a processor that is ready and knows no one.
-type stubView struct{}
+// stubView is a processor that is ready, knows no one, and owns parts.
+type stubView struct{ parts []fanout.PartitionStatus }
 
 func (stubView) Ready() (bool, string) { return true, "" }
 func (stubView) Member(userID uint64) (topics.MemberRecord, error) {
 	return topics.MemberRecord{}, nil
 }
-func (stubView) Partitions() []fanout.PartitionStatus { return nil }
+func (v stubView) Partitions() []fanout.PartitionStatus { return v.parts }
+
+// TestPartitionsJSON: /v1/partitions shows each owned partition with every
+// route's input, as the README documents it.
+func TestPartitionsJSON(t *testing.T) {
+	v := stubView{parts: []fanout.PartitionStatus{
+		{Partition: 3, CaughtUp: true, Inputs: []fanout.InputStatus{{Topic: "engagement.signals", Next: 5120}, {Topic: "attribution.events", Next: -1}}},
+		{Partition: 4, OpenTransaction: 1500 * time.Millisecond, Inputs: []fanout.InputStatus{{Topic: "engagement.signals", Next: 7}, {Topic: "attribution.events", Next: 9}}},
+	}}
+	rec := httptest.NewRecorder()
+	newHandler(prometheus.NewRegistry(), v, false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/partitions", nil))
+	var got map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatalf("GET /v1/partitions: %v in %s", err, rec.Body)
+	}
+	var want map[string]any
+	_ = json.Unmarshal([]byte(`{
+		"3": {"state": "forwarding", "open_transaction_seconds": 0,
+		      "inputs": {"engagement.signals": {"next_offset": 5120}, "attribution.events": {"next_offset": -1}}},
+		"4": {"state": "restoring", "open_transaction_seconds": 1.5,
+		      "inputs": {"engagement.signals": {"next_offset": 7}, "attribution.events": {"next_offset": 9}}}}`), &want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("GET /v1/partitions = %s\nwant %v", rec.Body, want)
+	}
+}
 
 // TestPprofOnlyWithFlag: the profiler is served only when asked for.
 func TestPprofOnlyWithFlag(t *testing.T) {

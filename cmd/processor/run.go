@@ -35,6 +35,7 @@ type runOptions struct {
 	dataDir        string
 	httpAddr       string
 	topics         topicFlags
+	routes         routeFlags
 	partitions     int
 	replication    int
 	createTopics   bool
@@ -80,6 +81,40 @@ func (t *topicFlags) set() topics.Set {
 	}
 }
 
+// routeFlags is --route, repeatable, each value IN=OUT or a comma list of
+// them (as its variable, COHORTGATE_ROUTES, is).
+type routeFlags []topics.Route
+
+func (r *routeFlags) String() string {
+	var s []string
+	for _, rt := range *r {
+		s = append(s, rt.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (r *routeFlags) Set(v string) error {
+	for _, s := range splitList(v) {
+		rt, err := topics.ParseRoute(s)
+		if err != nil {
+			return err
+		}
+		*r = append(*r, rt)
+	}
+	return nil
+}
+
+// topicSet is the topics of the run: with --route, the first route
+// replaces --signals-topic and --cohort-topic, and the others follow it.
+func (o *runOptions) topicSet() topics.Set {
+	s := o.topics.set()
+	if len(o.routes) > 0 {
+		s.Signals, s.Cohort = o.routes[0].In, o.routes[0].Out
+		s.Routes = append([]topics.Route(nil), o.routes[1:]...)
+	}
+	return s
+}
+
 const runSynopsis = `Consume engagement signals and membership commands, forward the signals of
 users who have not left to the cohort topic, and record every leave durably.
 With no --brokers it serves an embedded Kafka-protocol broker for trying it out.`
@@ -93,6 +128,8 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	f.StringVar(&o.dataDir, "data-dir", "cohortgate-data", "directory of the local membership store (and of the embedded broker's log)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz, /readyz and /v1/members/{user_id}")
 	o.topics.register(f)
+	f.Var(&o.routes, "route", "a gated path IN=OUT, repeatable: signals of topic IN are forwarded to OUT; every IN is co-partitioned with the commands. "+
+		"The first replaces --signals-topic and --cohort-topic; none: one route, --signals-topic to --cohort-topic")
 	f.IntVar(&o.partitions, "partitions", fanout.DefaultPartitions, "partitions of topics the processor creates")
 	f.IntVar(&o.replication, "replication-factor", -1, "replication factor of topics the processor creates; -1: the broker's default")
 	f.BoolVar(&o.createTopics, "create-topics", true, "create missing topics at start")
@@ -135,7 +172,11 @@ func (o *runOptions) validate() error {
 	if _, _, err := net.SplitHostPort(o.httpAddr); err != nil {
 		bad("--http-addr: %q is not host:port (e.g. --http-addr=127.0.0.1:8080)", o.httpAddr)
 	}
-	if err := o.topics.set().Validate(); err != nil {
+	d := topics.Defaults()
+	if len(o.routes) > 0 && (o.topics.signals != string(d.Signals) || o.topics.cohort != string(d.Cohort)) {
+		bad("--route: the first route replaces --signals-topic and --cohort-topic; give every route with --route and leave those two out")
+	}
+	if err := o.topicSet().Validate(); err != nil {
 		bad("topic flags: %v", err)
 	}
 	if o.partitions < 1 || o.partitions > 1<<20 {
@@ -284,7 +325,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	proc, err := fanout.New(fanout.Config{
 		Brokers:                brokers,
 		Group:                  o.group,
-		Topics:                 o.topics.set(),
+		Topics:                 o.topicSet(),
 		CreateTopics:           o.createTopics,
 		Partitions:             int32(o.partitions),
 		ReplicationFactor:      int16(o.replication),

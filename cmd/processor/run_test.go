@@ -5,9 +5,12 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // TestRunHelp: `processor run --help` documents every flag with its
@@ -64,6 +67,10 @@ func TestRunValidate(t *testing.T) {
 			[]string{"invalid value"}},
 		{"bad env", nil, map[string]string{"COHORTGATE_GRACE": "soon"}, []string{"COHORTGATE_GRACE="}},
 		{"http addr", []string{"--http-addr", "8080"}, nil, []string{"--http-addr:"}},
+		{"route without =", []string{"--route", "a.b"}, nil, []string{`route "a.b" has no "="`}},
+		{"route and signals topic", []string{"--route", "a=b", "--signals-topic", "s"}, nil, []string{"--route: the first route replaces"}},
+		{"route clashes", []string{"--route", "a=b", "--route", "b=c"}, nil, []string{`Routes[0].In: topic "b" is also Cohort`}},
+		{"bad route env", nil, map[string]string{"COHORTGATE_ROUTES": "a=b,c"}, []string{"COHORTGATE_ROUTES="}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
@@ -90,5 +97,29 @@ func TestRunValidate(t *testing.T) {
 	}
 	if _, err := parseRun([]string{"--data-dir", t.TempDir()}, io.Discard); err != nil {
 		t.Errorf("defaults rejected: %v", err)
+	}
+}
+
+// TestRunRoutes: --route repeats, COHORTGATE_ROUTES is a comma list, and
+// the first route replaces the signals and cohort topics.
+func TestRunRoutes(t *testing.T) {
+	want := []topics.Route{{In: "engagement.signals", Out: "cohort.community"}, {In: "attribution.events", Out: "cohort.attribution"}}
+	check := func(name string, o *runOptions, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := o.topicSet().AllRoutes(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: routes %v, want %v", name, got, want)
+		}
+	}
+	o, err := parseRun([]string{"--data-dir", t.TempDir(), "--route", want[0].String(), "--route", want[1].String()}, io.Discard)
+	check("flags", o, err)
+	t.Setenv("COHORTGATE_ROUTES", want[0].String()+", "+want[1].String())
+	o, err = parseRun([]string{"--data-dir", t.TempDir()}, io.Discard)
+	check("COHORTGATE_ROUTES", o, err)
+	o, err = parseRun([]string{"--data-dir", t.TempDir(), "--route", "x=y"}, io.Discard)
+	if err != nil || len(o.topicSet().AllRoutes()) != 1 {
+		t.Errorf("a --route flag wins over COHORTGATE_ROUTES: %v, %v", o.topicSet().AllRoutes(), err)
 	}
 }
