@@ -68,7 +68,11 @@ func bareEnv(t testing.TB, parts int32) *env {
 }
 
 func (e *env) names() []string {
-	return []string{string(e.set.Commands), string(e.set.Signals), string(e.set.Cohort), string(e.set.DLQ), string(e.set.Changelog)}
+	var names []string
+	for _, s := range e.set.Specs() {
+		names = append(names, string(s.Topic))
+	}
+	return names
 }
 
 // createTopics creates the topics with the given input partition counts.
@@ -77,10 +81,10 @@ func (e *env) createTopics(commandParts, signalParts int32) {
 	ctx := e.ctx(30 * time.Second)
 	for _, s := range e.set.Specs() {
 		n := e.parts
-		switch s.Topic {
-		case e.set.Commands:
+		switch {
+		case s.Topic == e.set.Commands:
 			n = commandParts
-		case e.set.Signals:
+		case s.SamePartitionsAsSignals: // every route's input
 			n = signalParts
 		}
 		configs := make(map[string]*string)
@@ -228,8 +232,8 @@ func (e *env) produce(rs ...*kgo.Record) {
 }
 
 // waitDecided waits until the group's committed offsets pass the last
-// record of every signals partition: every signal produced so far has been
-// decided, and (exactly once) what it became is committed.
+// record of every partition of every route's input: every signal produced
+// so far has been decided, and (exactly once) what it became is committed.
 //
 // The committed offset of a partition is one past its last record, which
 // is below the log end when the partition ends with a transaction marker
@@ -243,10 +247,18 @@ func (e *env) waitDecided() {
 // waitDecidedBy is waitDecided for another consumer group.
 func (e *env) waitDecidedBy(group string) {
 	e.t.Helper()
+	for _, in := range e.set.Inputs() {
+		e.waitDecidedOf(group, in)
+	}
+}
+
+// waitDecidedOf is waitDecidedBy for one input.
+func (e *env) waitDecidedOf(group string, input topics.Topic) {
+	e.t.Helper()
 	eventually(e.t, 90*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ends, err := e.adm.ListEndOffsets(ctx, string(e.set.Signals))
+		ends, err := e.adm.ListEndOffsets(ctx, string(input))
 		if err != nil {
 			return err
 		}
@@ -264,13 +276,13 @@ func (e *env) waitDecidedBy(group string) {
 			return nil
 		}
 		last := make(map[int32]int64)
-		for _, r := range e.readAll(e.set.Signals) {
+		for _, r := range e.readAll(input) {
 			last[r.Partition] = max(last[r.Partition], r.Offset)
 		}
 		for _, p := range behind {
-			c, ok := committed.Lookup(string(e.set.Signals), p)
+			c, ok := committed.Lookup(string(input), p)
 			if l, any := last[p]; any && (!ok || c.At <= l) {
-				return fmt.Errorf("partition %d: committed %d, last record at %d", p, c.At, l)
+				return fmt.Errorf("%s partition %d: committed %d, last record at %d", input, p, c.At, l)
 			}
 		}
 		return nil

@@ -315,7 +315,8 @@ func TestMismatchedPartitionsRefuseToStart(t *testing.T) {
 	case err := <-pr.done:
 		pr.done <- err // for stop
 		var mismatch *fanout.PartitionMismatchError
-		if !errors.As(err, &mismatch) || mismatch.CommandPartitions != 2 || mismatch.SignalPartitions != 3 {
+		if !errors.As(err, &mismatch) || mismatch.CommandPartitions != 2 || len(mismatch.Inputs) != 1 ||
+			mismatch.Inputs[0] != (fanout.TopicPartitions{Topic: e.set.Signals, Partitions: 3}) {
 			t.Fatalf("Run = %v, want a PartitionMismatchError of 2 vs 3", err)
 		}
 		t.Logf("refused with: %v", err)
