@@ -240,13 +240,14 @@ func TestBinaryEndToEnd(t *testing.T) {
 
 	e.waitDecided()
 	m := b.metrics(t)
+	route := "route=" + string(e.set.Signals) // the one route's series carry its input topic
 	checks := []struct {
 		name, labels string
 		want         float64
 	}{
-		{"cohortgate_signals_in_total", "", 4},
-		{"cohortgate_signals_forwarded_total", "", 3},
-		{"cohortgate_signals_dropped_total", "reason=left", 1},
+		{"cohortgate_signals_in_total", route, 4},
+		{"cohortgate_signals_forwarded_total", route, 3},
+		{"cohortgate_signals_dropped_total", "reason=left," + route, 1},
 		{"cohortgate_commands_applied_total", "op=leave,result=changed", 1},
 		{"cohortgate_commands_applied_total", "op=rejoin,result=changed", 1},
 		{"cohortgate_gate_members", "", 1},
