@@ -38,6 +38,11 @@
 // nothing). A signal is identified by key, value and timestamp, which the
 // cohort topic keeps.
 //
+// With several routes (Topics.Routes), each input's signals are judged
+// against its own output by the same rules, the same final episodes and
+// the same changelog: one leave gates every route, and a late-leave window
+// is justified by a signal forwarded on any of them.
+//
 // # What Kafka cannot tell
 //
 // Two facts are not in the topics, and the load says them in the header

@@ -27,14 +27,15 @@ type Config struct {
 	// Topics names the run's topics; the DLQ's source headers are
 	// matched against them.
 	Topics Topics
-	// Partitions of the commands topic and of the signals topic (they are
+	// Partitions of the commands topic and of every input (they are
 	// equal): rules C2 and S2 route by murmur2 modulo this.
 	Partitions int32
 	// MaxFutureSkew is the processors' --max-future-skew (rule C4).
 	// Default DefaultMaxFutureSkew.
 	MaxFutureSkew time.Duration
-	// CohortMaxMessageBytes is the cohort topic's max.message.bytes
-	// (rule S3). Default DefaultMaxMessageBytes.
+	// CohortMaxMessageBytes is the max.message.bytes of the routes'
+	// outputs (rule S3; the smallest, when they differ). Default
+	// DefaultMaxMessageBytes.
 	CohortMaxMessageBytes int
 }
 
@@ -48,16 +49,24 @@ type Judge struct {
 	cfg Config
 
 	commands  []commandRecord
-	signals   map[signalID]*signal
+	paths     []*path                // one per route, Config.Topics.routes() order
 	sigExpect []deadLetter           // signals the rules dead-letter
 	sigRoute  []misrouted            // signals found outside their key's partition
 	copies    map[copyKey][]int32    // partitions where re-published copies were found, by where they came from
 	dlq       map[source][]dlqRecord // DLQ records by the source they name
 	dlqCount  int
-	cohort    map[signalID]int // cohort records per signal
-	cohortAt  map[signalID]pos // where each was first seen, for examples
 	changelog map[uint64][]changelogEntry
 	badKeys   []string // changelog records whose key is no user id
+}
+
+// path is what the Judge keeps of one route: its input's signals and its
+// output's records. A signal is judged on each route it was written to,
+// against the same model and the same changelog.
+type path struct {
+	in, out  string
+	signals  map[signalID]*signal
+	cohort   map[signalID]int // output records per signal
+	cohortAt map[signalID]pos // where each was first seen, for examples
 }
 
 // Errors of NewJudge.
@@ -65,7 +74,7 @@ var (
 	// ErrPartitions: Config.Partitions is below 1.
 	ErrPartitions = errors.New("oracle: Partitions must be at least 1")
 	// ErrTopics: a topic name is empty, or two are the same.
-	ErrTopics = errors.New("oracle: the five topic names must be set and distinct")
+	ErrTopics = errors.New("oracle: the topic names must be set and distinct")
 )
 
 // NewJudge returns a Judge for a run described by cfg.
@@ -85,15 +94,17 @@ func NewJudge(cfg Config) (*Judge, error) {
 	if cfg.CohortMaxMessageBytes <= 0 {
 		cfg.CohortMaxMessageBytes = DefaultMaxMessageBytes
 	}
-	return &Judge{
+	j := &Judge{
 		cfg:       cfg,
-		signals:   make(map[signalID]*signal),
 		copies:    make(map[copyKey][]int32),
 		dlq:       make(map[source][]dlqRecord),
-		cohort:    make(map[signalID]int),
-		cohortAt:  make(map[signalID]pos),
 		changelog: make(map[uint64][]changelogEntry),
-	}, nil
+	}
+	for _, r := range cfg.Topics.routes() {
+		j.paths = append(j.paths, &path{in: r.Signals, out: r.Cohort,
+			signals: make(map[signalID]*signal), cohort: make(map[signalID]int), cohortAt: make(map[signalID]pos)})
+	}
+	return j, nil
 }
 
 // source names a record of an input topic, as a DLQ record's headers do.
@@ -199,19 +210,24 @@ func (j *Judge) AddCommand(r Record) {
 	j.commands = append(j.commands, c)
 }
 
-// AddSignal takes a record of the signals topic.
-func (j *Judge) AddSignal(r Record) {
+// AddSignal takes a record of the signals topic (the first route's input).
+func (j *Judge) AddSignal(r Record) { j.AddRouteSignal(0, r) }
+
+// AddRouteSignal takes a record of route i's input: 0 is the first route
+// (Topics.Signals), i ≥ 1 is Topics.Routes[i-1]. It panics on another i.
+func (j *Judge) AddRouteSignal(i int, r Record) {
+	p := j.paths[i]
 	id := idOf(r)
 	at := pos{r.Partition, r.Offset}
-	s := j.signals[id]
+	s := p.signals[id]
 	if s == nil {
 		s = &signal{first: at, eventNs: eventTime(r)}
-		j.signals[id] = s
+		p.signals[id] = s
 	}
-	src := source{j.cfg.Topics.Signals, at}
+	src := source{p.in, at}
 	what := "signal " + src.String() + " key " + quoteKey(r.Key) + " at " + formatNs(eventTime(r))
 	if from, ok := r.header(headerMisroutedFrom); ok {
-		k := copyKey{j.cfg.Topics.Signals, from}
+		k := copyKey{p.in, from}
 		j.copies[k] = append(j.copies[k], r.Partition)
 	}
 	expect, _ := r.header(HeaderExpect)
@@ -254,13 +270,19 @@ func (j *Judge) AddDLQ(r Record) {
 	})
 }
 
-// AddCohort takes a record of the cohort topic (read_committed).
-func (j *Judge) AddCohort(r Record) {
+// AddCohort takes a record of the cohort topic (the first route's output,
+// read_committed).
+func (j *Judge) AddCohort(r Record) { j.AddRouteCohort(0, r) }
+
+// AddRouteCohort takes a record of route i's output (read_committed),
+// numbered as in AddRouteSignal.
+func (j *Judge) AddRouteCohort(i int, r Record) {
+	p := j.paths[i]
 	id := idOf(r)
-	if j.cohort[id] == 0 {
-		j.cohortAt[id] = pos{r.Partition, r.Offset}
+	if p.cohort[id] == 0 {
+		p.cohortAt[id] = pos{r.Partition, r.Offset}
 	}
-	j.cohort[id]++
+	p.cohort[id]++
 }
 
 // AddChangelog takes a record of the changelog topic.
@@ -297,7 +319,10 @@ func quoteKey(k []byte) string {
 // Report applies the rules to everything the Judge was given and returns
 // the verdict. It does not change the Judge.
 func (j *Judge) Report() Report {
-	rep := Report{DLQ: j.dlqCount, SignalsIn: len(j.signals)}
+	rep := Report{DLQ: j.dlqCount}
+	for _, p := range j.paths {
+		rep.SignalsIn += len(p.signals)
+	}
 	members := j.applyCommands(&rep)
 	for _, m := range members {
 		if eps := m.episodes(); len(eps) > 0 {
@@ -314,7 +339,12 @@ func (j *Judge) Report() Report {
 		j.checkCopy(&rep, m)
 	}
 	windows := j.judgeChangelog(&rep, members)
-	forwardedIn := j.judgeSignals(&rep, members, windows)
+	forwardedIn := make(map[uint64][]int64)
+	for _, p := range j.paths {
+		for u, ts := range j.judgeSignals(&rep, p, members, windows) {
+			forwardedIn[u] = append(forwardedIn[u], ts...)
+		}
+	}
 	j.judgeWindows(&rep, windows, forwardedIn)
 	return rep
 }

@@ -104,20 +104,21 @@ func (j *Judge) missingWindows(rep *Report, user uint64, entries []changelogEntr
 	}
 }
 
-// judgeSignals judges every signal against the model (S1-S5) and the
-// cohort topic, and returns, per user, the event times of the signals
-// forwarded inside a final episode (late or leaked).
-func (j *Judge) judgeSignals(rep *Report, members map[uint64]*member, windows map[uint64][]window) map[uint64][]int64 {
-	ids := slices.Collect(maps.Keys(j.signals))
+// judgeSignals judges every signal of route p against the model (S1-S5)
+// and p's output, and returns, per user, the event times of the signals
+// forwarded inside a final episode (late or leaked). A window is judged
+// against the signals of every route: one leave gates them all.
+func (j *Judge) judgeSignals(rep *Report, p *path, members map[uint64]*member, windows map[uint64][]window) map[uint64][]int64 {
+	ids := slices.Collect(maps.Keys(p.signals))
 	slices.SortFunc(ids, func(a, b signalID) int {
-		pa, pb := j.signals[a].first, j.signals[b].first
+		pa, pb := p.signals[a].first, p.signals[b].first
 		return cmp.Or(cmp.Compare(pa.partition, pb.partition), cmp.Compare(pa.offset, pb.offset))
 	})
 	forwardedIn := make(map[uint64][]int64)
 	for _, id := range ids {
-		s, seen := j.signals[id], j.cohort[id]
+		s, seen := p.signals[id], p.cohort[id]
 		rep.Forwarded += seen
-		what := "signal " + j.cfg.Topics.Signals + " " + s.first.String() + " of user " + formatUint(s.user) + " at " + formatNs(s.eventNs)
+		what := "signal " + p.in + " " + s.first.String() + " of user " + formatUint(s.user) + " at " + formatNs(s.eventNs)
 		if len(s.eligible) == 0 {
 			if seen > 0 {
 				rep.Unknown += seen
@@ -137,7 +138,7 @@ func (j *Judge) judgeSignals(rep *Report, members map[uint64]*member, windows ma
 			rep.example("duplicates", "%s forwarded %d times", what, seen)
 		}
 		switch {
-		case !in && seen == 0 && s.mayBeTooLarge && j.tooLargeDeadLettered(s):
+		case !in && seen == 0 && s.mayBeTooLarge && j.tooLargeDeadLettered(p, s):
 			rep.DeadLetters++
 		case !in && seen == 0:
 			rep.Expected++
@@ -160,28 +161,28 @@ func (j *Judge) judgeSignals(rep *Report, members map[uint64]*member, windows ma
 		}
 	}
 	var unknown []signalID
-	for id := range j.cohort {
-		if j.signals[id] == nil {
+	for id := range p.cohort {
+		if p.signals[id] == nil {
 			unknown = append(unknown, id)
 		}
 	}
 	slices.SortFunc(unknown, func(a, b signalID) int {
-		pa, pb := j.cohortAt[a], j.cohortAt[b]
+		pa, pb := p.cohortAt[a], p.cohortAt[b]
 		return cmp.Or(cmp.Compare(pa.partition, pb.partition), cmp.Compare(pa.offset, pb.offset))
 	})
 	for _, id := range unknown {
-		rep.Forwarded += j.cohort[id]
-		rep.Unknown += j.cohort[id]
-		rep.example("unknown", "cohort record %s is no signal of the input", j.cohortAt[id])
+		rep.Forwarded += p.cohort[id]
+		rep.Unknown += p.cohort[id]
+		rep.example("unknown", "%s record %s is no signal of its input %s", p.out, p.cohortAt[id], p.in)
 	}
 	return forwardedIn
 }
 
 // tooLargeDeadLettered reports whether a record of s that reached rule S5
 // went to the DLQ as record_too_large, with its SHA-256.
-func (j *Judge) tooLargeDeadLettered(s *signal) bool {
+func (j *Judge) tooLargeDeadLettered(p *path, s *signal) bool {
 	for _, at := range s.eligible {
-		if ok, _ := j.deadLettered(deadLetter{src: source{j.cfg.Topics.Signals, at}, reason: reasonTooLarge, sha: s.sha}); ok {
+		if ok, _ := j.deadLettered(deadLetter{src: source{p.in, at}, reason: reasonTooLarge, sha: s.sha}); ok {
 			return true
 		}
 	}

@@ -82,13 +82,18 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// readTopic calls fn for every committed record of topic below upTo, in
-// offset order per partition (partitions interleave). It reads with
+// ReadTopic calls fn for every committed record of topic below upTo (per
+// partition, the offset to read up to; a partition not in it is not read),
+// in offset order per partition (partitions interleave). It reads with
 // read_committed and keeps control records, so that a partition ending in
 // a transaction marker is seen to end: the record at upTo-1 is always
 // visible when upTo is a last stable offset (an aborted transaction's data
-// lies before its marker, and an open one's at or after the LSO).
-func readTopic(ctx context.Context, opts []kgo.Opt, topic string, upTo ends, fn func(*kgo.Record)) error {
+// lies before its marker, and an open one's at or after the LSO). Fetch
+// errors the client retries (a leader moving, say) are waited out; data
+// loss ends the read. opts are the client's options (seed brokers, TLS).
+//
+// Verify reads with it; so does cmd/bench, counting its outputs.
+func ReadTopic(ctx context.Context, opts []kgo.Opt, topic string, upTo map[int32]int64, fn func(*kgo.Record)) error {
 	start := make(map[int32]kgo.Offset)
 	for p, end := range upTo {
 		if end > 0 {

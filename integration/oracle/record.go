@@ -36,14 +36,33 @@ func (r Record) header(key string) (string, bool) {
 	return "", false
 }
 
-// Topics names the five topics of a run.
+// Topics names the topics of a run: the five, and the input and output
+// of each route beyond the first (Signals into Cohort).
 type Topics struct {
 	Commands, Signals, Cohort, DLQ, Changelog string
+	// Routes are the further gated paths, as the processor's --route
+	// IN=OUT after the first. Every input has the commands' partitions.
+	Routes []Route
+}
+
+// Route is one gated path: signals read from Signals and forwarded to
+// Cohort.
+type Route struct {
+	Signals, Cohort string
+}
+
+// routes returns every route, the first (Signals into Cohort) first.
+func (t Topics) routes() []Route {
+	return append([]Route{{t.Signals, t.Cohort}}, t.Routes...)
 }
 
 // names returns the topics in a fixed order.
 func (t Topics) names() []string {
-	return []string{t.Commands, t.Signals, t.Cohort, t.DLQ, t.Changelog}
+	names := []string{t.Commands, t.Signals, t.Cohort, t.DLQ, t.Changelog}
+	for _, r := range t.Routes {
+		names = append(names, r.Signals, r.Cohort)
+	}
+	return names
 }
 
 // Headers the processor writes (README, "Record formats").

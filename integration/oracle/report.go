@@ -10,11 +10,13 @@ import (
 const maxExamples = 10
 
 // Report is the oracle's verdict on one run. Counts of signals count
-// distinct signals: records of the signals topic with the same key, value
-// and timestamp are one signal (a re-published copy is its original).
+// distinct signals: records of an input with the same key, value and
+// timestamp are one signal (a re-published copy is its original). With
+// several routes, counts are summed over them: a signal written to two
+// inputs counts twice.
 type Report struct {
 	// What the input holds, by the README's rules.
-	SignalsIn         int // distinct signals in the signals topic
+	SignalsIn         int // distinct signals in the inputs
 	CommandsIn        int // records in the commands topic, re-published copies included
 	Applied           int // commands that reached rule C6 or C7 for the first time and were not refused
 	DuplicateCommands int // commands whose identity was applied before: no-ops (C5)
@@ -26,7 +28,7 @@ type Report struct {
 	Gated             int // signals the load marked ExpectGated
 
 	// What the processor wrote.
-	Forwarded      int // records in the cohort topic (read_committed)
+	Forwarded      int // records in the outputs (read_committed)
 	Expected       int // signals that must be forwarded exactly once
 	DLQ            int // records in the DLQ topic
 	ChangelogUsers int // users with at least one changelog record

@@ -26,11 +26,11 @@ type Options struct {
 	KafkaOpts []kgo.Opt
 }
 
-// Verify reads the five topics of a run on brokers and judges them (see
+// Verify reads the topics of a run on brokers and judges them (see
 // the package documentation). It first waits, up to opts.Grace, for open
 // transactions on the topics to end, then reads each one read_committed up
 // to the last stable offsets it saw then; partitions still open count as
-// Hanging. The cohort topic's max.message.bytes is read from the broker
+// Hanging. The outputs' max.message.bytes is read from the broker
 // (Kafka's default when the broker does not say).
 func Verify(ctx context.Context, brokers []string, topics Topics, opts *Options) (Report, error) {
 	start := time.Now()
@@ -56,31 +56,34 @@ func Verify(ctx context.Context, brokers []string, topics Topics, opts *Options)
 	if err != nil {
 		return Report{}, fmt.Errorf("oracle: verify: %w", err)
 	}
-	nc, ns := len(upTo[topics.Commands]), len(upTo[topics.Signals])
-	if nc != ns {
-		return Report{}, fmt.Errorf("oracle: verify: commands topic %s has %d partitions, signals topic %s has %d: they must be equal",
-			topics.Commands, nc, topics.Signals, ns)
-	}
-	maxBytes, err := maxMessageBytes(ctx, adm, topics.Cohort)
-	if err != nil {
-		return Report{}, fmt.Errorf("oracle: verify: %w", err)
+	nc := len(upTo[topics.Commands])
+	maxBytes := 0
+	for _, r := range topics.routes() {
+		if ns := len(upTo[r.Signals]); ns != nc {
+			return Report{}, fmt.Errorf("oracle: verify: commands topic %s has %d partitions, input %s has %d: they must be equal",
+				topics.Commands, nc, r.Signals, ns)
+		}
+		n, err := maxMessageBytes(ctx, adm, r.Cohort)
+		if err != nil {
+			return Report{}, fmt.Errorf("oracle: verify: %w", err)
+		}
+		if maxBytes == 0 || n < maxBytes {
+			maxBytes = n
+		}
 	}
 	j, err := NewJudge(Config{Topics: topics, Partitions: int32(nc), MaxFutureSkew: o.MaxFutureSkew, CohortMaxMessageBytes: maxBytes})
 	if err != nil {
 		return Report{}, err
 	}
-	for _, t := range []struct {
-		topic string
-		add   func(Record)
-	}{
-		{topics.Commands, j.AddCommand},
-		{topics.Signals, j.AddSignal},
-		{topics.Cohort, j.AddCohort},
-		{topics.DLQ, j.AddDLQ},
-		{topics.Changelog, j.AddChangelog},
-	} {
+	readers := []reader{{topics.Commands, j.AddCommand}, {topics.DLQ, j.AddDLQ}, {topics.Changelog, j.AddChangelog}}
+	for i, r := range topics.routes() {
+		readers = append(readers,
+			reader{r.Signals, func(rec Record) { j.AddRouteSignal(i, rec) }},
+			reader{r.Cohort, func(rec Record) { j.AddRouteCohort(i, rec) }})
+	}
+	for _, t := range readers {
 		rctx, cancel := context.WithTimeout(ctx, o.ReadTimeout)
-		err := readTopic(rctx, kopts, t.topic, upTo[t.topic], func(r *kgo.Record) { t.add(recordOf(r)) })
+		err := ReadTopic(rctx, kopts, t.topic, upTo[t.topic], func(r *kgo.Record) { t.add(recordOf(r)) })
 		cancel()
 		if err != nil {
 			return Report{}, fmt.Errorf("oracle: verify: %w", err)
@@ -90,6 +93,12 @@ func Verify(ctx context.Context, brokers []string, topics Topics, opts *Options)
 	rep.Hanging, rep.HangingDetail = len(open), open
 	rep.Took = time.Since(start)
 	return rep, nil
+}
+
+// reader hands a topic's records to the Judge.
+type reader struct {
+	topic string
+	add   func(Record)
 }
 
 // recordOf converts a franz-go record.
