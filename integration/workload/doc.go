@@ -1,7 +1,8 @@
 // Package workload is cohortgate's seeded test load: a friendly part that a
 // correct processor gates exactly, and a hostile mix of what real
-// producers do. The chaos harness (cmd/chaos) and the load generator
-// (cmd/loadgen) use it; nothing in the processor does. What a processor
+// producers do. The chaos harness (cmd/chaos), the load generator
+// (cmd/loadgen) and the benchmark harness (cmd/bench) use it; nothing in
+// the processor does. What a processor
 // made of a load is judged by integration/oracle, which shares no code with
 // this package or the processor.
 //

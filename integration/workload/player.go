@@ -178,8 +178,16 @@ func (sc *scene) signalRecord(key []byte, partition int32, size int, ts time.Tim
 	return &kgo.Record{Topic: string(sc.p.set.Signals), Partition: partition, Key: key, Value: v, Timestamp: ts}
 }
 
+// produceSignal produces rec, and a copy of it to each further route's
+// input (the same partition: inputs are co-partitioned).
 func (sc *scene) produceSignal(ctx context.Context, rec *kgo.Record) error {
-	if err := sc.p.c.Hostile.ProduceSync(ctx, rec).FirstErr(); err != nil {
+	recs := []*kgo.Record{rec}
+	for _, in := range sc.p.set.Inputs()[1:] {
+		cp := *rec
+		cp.Topic = string(in)
+		recs = append(recs, &cp)
+	}
+	if err := sc.p.c.Hostile.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("producing signal %q of %d bytes to partition %d: %w", rec.Key, len(rec.Value), rec.Partition, err)
 	}
 	sc.p.signals.Add(1)

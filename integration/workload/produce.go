@@ -64,7 +64,9 @@ func (p Progress) String() string {
 const progressEvery = time.Second
 
 // Produce writes plan to set's signals and commands topics with c and
-// returns once every record is acknowledged, or at the first error. It
+// returns once every record is acknowledged, or at the first error. With
+// several routes (set.Routes), every signal goes to every input: the same
+// key, value, headers and timestamp, so one leave must gate each copy. It
 // calls progress (if not nil) from its own goroutine at most once a
 // second, and once at the end.
 //
@@ -90,6 +92,11 @@ func Produce(ctx context.Context, c *Clients, set topics.Set, plan *Plan, progre
 			return
 		}
 		acked.Add(1)
+	}
+	mirrored := func(_ *kgo.Record, err error) { // a copy on a further route; Acked counts signals, not copies
+		if err != nil {
+			fail.set(err)
+		}
 	}
 	hostile := newPlayer(c, set, cfg)
 	hostileDone := make(chan error, 1)
@@ -174,6 +181,11 @@ func Produce(ctx context.Context, c *Clients, set topics.Set, plan *Plan, progre
 			}
 			if from, ok := left[user]; ok && r.Timestamp.UnixMilli()*int64(time.Millisecond) >= from {
 				r.Headers = gatedHeaders()
+			}
+			for _, in := range set.Inputs()[1:] { // copied before r is handed over: the client writes to it
+				cp := *r
+				cp.Topic = string(in)
+				c.Load.Produce(ctx, &cp, mirrored)
 			}
 			c.Load.Produce(ctx, r, promise)
 			st.Signals++
@@ -318,10 +330,17 @@ func Topics(prefix string) topics.Set {
 }
 
 // TopicFlags are the command-line flags naming set's topics, as
-// `processor run` and `loadgen` take them.
+// `processor run` and `loadgen` take them; with several routes, every
+// route is a --route IN=OUT.
 func TopicFlags(set topics.Set) []string {
-	return []string{"--commands-topic", string(set.Commands), "--signals-topic", string(set.Signals),
-		"--cohort-topic", string(set.Cohort), "--dlq-topic", string(set.DLQ), "--changelog-topic", string(set.Changelog)}
+	flags := []string{"--commands-topic", string(set.Commands), "--dlq-topic", string(set.DLQ), "--changelog-topic", string(set.Changelog)}
+	if len(set.Routes) == 0 {
+		return append(flags, "--signals-topic", string(set.Signals), "--cohort-topic", string(set.Cohort))
+	}
+	for _, r := range set.AllRoutes() {
+		flags = append(flags, "--route", r.String())
+	}
+	return flags
 }
 
 // CreateTopics creates the topics of set that are missing, as the
@@ -347,7 +366,10 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, set topics.Set, partiti
 			return fmt.Errorf("workload: unable to create topic %s: %w", s.Topic, err)
 		}
 	}
-	names := []string{string(set.Commands), string(set.Signals), string(set.Cohort), string(set.DLQ), string(set.Changelog)}
+	var names []string
+	for _, s := range set.Specs() {
+		names = append(names, string(s.Topic))
+	}
 	return poll(ctx, 60*time.Second, func() error {
 		td, err := adm.ListTopics(ctx, names...)
 		if err != nil {
@@ -358,9 +380,11 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, set topics.Set, partiti
 				return fmt.Errorf("topic %s not visible yet", n)
 			}
 		}
-		if c, s := len(td[string(set.Commands)].Partitions), len(td[string(set.Signals)].Partitions); c != s {
-			return &permanentError{fmt.Errorf("workload: commands topic %s has %d partitions, signals topic %s has %d: they must be equal",
-				set.Commands, c, set.Signals, s)}
+		for _, in := range set.Inputs() {
+			if c, s := len(td[string(set.Commands)].Partitions), len(td[string(in)].Partitions); c != s {
+				return &permanentError{fmt.Errorf("workload: commands topic %s has %d partitions, input %s has %d: they must be equal",
+					set.Commands, c, in, s)}
+			}
 		}
 		return nil
 	})
