@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/integration/oracle"
 	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
@@ -146,14 +147,9 @@ func (a *admin) countOutput(ctx context.Context, topic string, signals int) (out
 	if err != nil {
 		return out, fmt.Errorf("output %s: %w", topic, err)
 	}
-	from := make(map[int32]kgo.Offset)
-	for p, end := range upTo {
-		if end > 0 {
-			from[p] = kgo.NewOffset().AtStart()
-		}
-	}
 	seen := make([]uint64, (signals+63)/64)
-	err = readRange(ctx, a.brokers, topic, map[string]map[int32]kgo.Offset{topic: from}, upTo, func(r *kgo.Record) {
+	opts := []kgo.Opt{kgo.SeedBrokers(a.brokers...), kgo.ClientID("cohortgate-bench-reader")}
+	err = oracle.ReadTopic(ctx, opts, topic, upTo, func(r *kgo.Record) {
 		out.Records++
 		id, err := workload.ParseSignalID(r.Value)
 		if err != nil || id >= uint64(signals) {
@@ -169,49 +165,6 @@ func (a *admin) countOutput(ctx context.Context, topic string, signals int) (out
 	})
 	out.Took = time.Since(start)
 	return out, err
-}
-
-// readRange calls fn for every record of topic from the given offsets up
-// to (not including) upTo, per partition, read_committed. It keeps control
-// records so that a partition ending in a transaction marker is seen to
-// end, and does not pass them to fn.
-func readRange(ctx context.Context, brokers []string, topic string, from map[string]map[int32]kgo.Offset, upTo offsets, fn func(*kgo.Record)) error {
-	if len(from[topic]) == 0 {
-		return nil
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("cohortgate-bench-reader"),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-		kgo.ConsumePartitions(from))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	done := make(map[int32]bool)
-	for len(done) < len(from[topic]) {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("reading %s: %w (%d of %d partitions read)", topic, err, len(done), len(from[topic]))
-		}
-		var fatal error
-		fs.EachError(func(_ string, p int32, err error) {
-			fatal = fmt.Errorf("reading %s partition %d: %w", topic, p, err)
-		})
-		if fatal != nil {
-			return fatal
-		}
-		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			end := upTo[fp.Partition]
-			for _, r := range fp.Records {
-				if r.Offset >= end-1 {
-					done[fp.Partition] = true
-				}
-				if r.Offset < end && !r.Attrs.IsControl() {
-					fn(r)
-				}
-			}
-		})
-	}
-	return nil
 }
 
 // brokerVersion describes the broker: the version the project's broker

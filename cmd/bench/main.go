@@ -42,27 +42,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
+
+	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdline.Main("bench", 1, dispatch) }
 
 const usage = `usage: bench run [flags]          the benchmark harness; appends to BENCHMARKS.md
        bench passthrough [flags]  the consume→produce baseline process
@@ -83,14 +70,4 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return flag.ErrHelp
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
 }

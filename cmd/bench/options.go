@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
@@ -111,9 +112,9 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q; flags are written --name=value", fs.Arg(0))
 	}
-	o.brokers = splitList(brokers)
-	o.runs = splitList(runs)
-	o.phases = splitList(phases)
+	o.brokers = cmdline.List(brokers)
+	o.runs = cmdline.List(runs)
+	o.phases = cmdline.List(phases)
 	var errs []error
 	if len(o.brokers) == 0 {
 		errs = append(errs, errors.New("--brokers: give at least one host:port"))
@@ -128,7 +129,7 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 			errs = append(errs, fmt.Errorf("--phases: unknown phase %q (known: %s)", p, joinList(allPhases)))
 		}
 	}
-	for _, s := range splitList(sizes) {
+	for _, s := range cmdline.List(sizes) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
 			errs = append(errs, fmt.Errorf("--restore-sizes: %q is not a positive count", s))

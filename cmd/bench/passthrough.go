@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 )
 
 // passthroughOptions are the flags of `bench passthrough`.
@@ -82,7 +84,7 @@ func passthrough(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer stopHTTP()
 	}
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(splitList(o.brokers)...),
+		kgo.SeedBrokers(cmdline.List(o.brokers)...),
 		kgo.ClientID("cohortgate-passthrough"),
 		kgo.ConsumerGroup(o.group),
 		kgo.ConsumeTopics(o.input),

@@ -42,29 +42,16 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, errFailed):
-		os.Exit(1)
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
-		os.Exit(2)
-	}
-}
+func main() { cmdline.Main("chaos", 2, run) }
 
 // options are the harness's flags.
 type options struct {
@@ -84,6 +71,7 @@ type options struct {
 	keep           bool
 	workDir        string
 	partitions     int
+	routes         int // gated paths per scenario; every signal goes to each
 	sessionTimeout time.Duration
 	grace          time.Duration
 	maxFutureSkew  time.Duration
@@ -115,6 +103,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep data dirs, logs, topics and groups for debugging")
 	fs.StringVar(&o.workDir, "work-dir", "", "where data dirs and logs go; empty: a new temporary directory")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
+	fs.IntVar(&o.routes, "routes", 1, "gated paths (--route IN=OUT) of the processors; every signal is written to each input, and the oracle judges each output")
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "the processors' --session-timeout (Kafka's minimum is 6s)")
 	fs.DurationVar(&o.grace, "grace", 200*time.Millisecond, "the processors' --grace")
 	fs.DurationVar(&o.maxFutureSkew, "max-future-skew", 5*time.Second, "the processors' --max-future-skew")
@@ -131,8 +120,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q; flags are written --name=value", fs.Arg(0))
 	}
-	o.brokers = splitList(brokers)
-	o.scenarios = splitList(scenarios)
+	o.brokers = cmdline.List(brokers)
+	o.scenarios = cmdline.List(scenarios)
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	o.hostile.Grace, o.hostile.MaxFutureSkew = o.grace, o.maxFutureSkew
@@ -165,6 +154,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if o.partitions < 1 || o.partitions > 1000 {
 		bad("--partitions: %d must be 1..1000", o.partitions)
 	}
+	if o.routes < 1 || o.routes > 8 {
+		bad("--routes: %d must be 1..8", o.routes)
+	}
 	if o.timeout < 10*time.Second {
 		bad("--timeout: %v must be at least 10s", o.timeout)
 	}
@@ -185,18 +177,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	return o, errors.Join(errs...)
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
-}
-
-// errFailed is run's error when the harness ran and found damage.
-var errFailed = errors.New("chaos: failed")
+// errFailed is run's error when the harness ran and found damage: exit
+// status 1, after the table that says what (other errors exit 2).
+var errFailed = &cmdline.Failed{Code: 1}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parse(args, stderr)

@@ -26,29 +26,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "loadgen: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdline.Main("loadgen", 1, run) }
 
 type options struct {
 	brokers     string
@@ -126,7 +114,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if err := o.topics.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("topic flags: %w", err))
 	}
-	if len(splitList(o.brokers)) == 0 {
+	if len(cmdline.List(o.brokers)) == 0 {
 		errs = append(errs, errors.New("--brokers: give at least one host:port"))
 	}
 	if o.partitions < 1 || o.partitions > 1<<20 {
@@ -143,7 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := workload.NewClients(splitList(o.brokers), o.hostile, o.txnID)
+	c, err := workload.NewClients(cmdline.List(o.brokers), o.hostile, o.txnID)
 	if err != nil {
 		return err
 	}
@@ -198,14 +186,4 @@ func kindList() string {
 		names = append(names, string(k))
 	}
 	return strings.Join(names, ",")
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/pkg/client"
 	"github.com/cohortgate/cohortgate/pkg/kafkasec"
 	"github.com/cohortgate/cohortgate/topics"
@@ -37,7 +38,7 @@ func (k *kafkaFlags) client(ctx context.Context) (*client.Client, error) {
 	if err := k.security.Validate(); err != nil {
 		return nil, err
 	}
-	seeds := splitList(k.brokers)
+	seeds := cmdline.List(k.brokers)
 	if err := k.security.Check(ctx, seeds); err != nil {
 		return nil, err
 	}

@@ -14,28 +14,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "processor: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdline.Main("processor", 1, dispatch) }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "run"

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
+	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/pkg/fanout"
 	"github.com/cohortgate/cohortgate/pkg/kafkasec"
 	"github.com/cohortgate/cohortgate/pkg/membership"
@@ -94,7 +95,7 @@ func (r *routeFlags) String() string {
 }
 
 func (r *routeFlags) Set(v string) error {
-	for _, s := range splitList(v) {
+	for _, s := range cmdline.List(v) {
 		rt, err := topics.ParseRoute(s)
 		if err != nil {
 			return err
@@ -161,7 +162,7 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 func (o *runOptions) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	for _, b := range splitList(o.brokers) {
+	for _, b := range cmdline.List(o.brokers) {
 		if _, _, err := net.SplitHostPort(b); err != nil {
 			bad("--brokers: %q is not host:port (e.g. --brokers=kafka-1:9092,kafka-2:9092)", b)
 		}
@@ -219,16 +220,6 @@ func (o *runOptions) validate() error {
 	return errors.Join(errs...)
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
-}
-
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
@@ -268,7 +259,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--data-dir %s: %w", o.dataDir, err)
 	}
 
-	brokers := splitList(o.brokers)
+	brokers := cmdline.List(o.brokers)
 	kafkaOpts, err := o.security.Opts()
 	if err != nil {
 		return err
