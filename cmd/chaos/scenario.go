@@ -184,7 +184,7 @@ func (h *harness) run(parent context.Context, sc scenario) result {
 	r := &scenarioRun{
 		h: h, sc: sc, group: prefix,
 		dir: filepath.Join(h.root, sc.name),
-		set: workload.Topics(prefix),
+		set: routed(workload.Topics(prefix), h.o.routes),
 		rng: rand.New(rand.NewPCG(h.o.seed, nameHash(sc.name))),
 	}
 	res := result{sc: sc}
@@ -234,9 +234,23 @@ func nameHash(s string) uint64 {
 	return h.Sum64()
 }
 
+// routed adds n-1 routes to set: <signals>.<k> into <cohort>.<k>, k = 2..n.
+func routed(set topics.Set, n int) topics.Set {
+	for k := 2; k <= n; k++ {
+		set.Routes = append(set.Routes, topics.Route{
+			In:  topics.Topic(fmt.Sprintf("%s.%d", set.Signals, k)),
+			Out: topics.Topic(fmt.Sprintf("%s.%d", set.Cohort, k)),
+		})
+	}
+	return set
+}
+
 func (r *scenarioRun) topicNames() []string {
-	s := r.set
-	return []string{string(s.Commands), string(s.Signals), string(s.Cohort), string(s.DLQ), string(s.Changelog)}
+	var names []string
+	for _, s := range r.set.Specs() {
+		names = append(names, string(s.Topic))
+	}
+	return names
 }
 
 // produceDone is the producer's result.
@@ -321,8 +335,9 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	if want := load.final.SignalIDs(); rep.SignalsIn != want {
-		return rep, fmt.Errorf("the signals topic holds %d signals, the load produced %d", rep.SignalsIn, want)
+	if want := load.final.SignalIDs() * len(r.set.Inputs()); rep.SignalsIn != want {
+		return rep, fmt.Errorf("the inputs hold %d signals, the load produced %d (%d to each of %d inputs)",
+			rep.SignalsIn, want, load.final.SignalIDs(), len(r.set.Inputs()))
 	}
 	r.notice(rep)
 	return rep, nil
@@ -330,8 +345,12 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 
 // oracleTopics names set's topics for the oracle.
 func oracleTopics(set topics.Set) oracle.Topics {
-	return oracle.Topics{Commands: string(set.Commands), Signals: string(set.Signals), Cohort: string(set.Cohort),
+	t := oracle.Topics{Commands: string(set.Commands), Signals: string(set.Signals), Cohort: string(set.Cohort),
 		DLQ: string(set.DLQ), Changelog: string(set.Changelog)}
+	for _, r := range set.Routes {
+		t.Routes = append(t.Routes, oracle.Route{Signals: string(r.In), Cohort: string(r.Out)})
+	}
+	return t
 }
 
 // notice logs what the processors logged about the damage, if any.
@@ -539,7 +558,7 @@ func (r *scenarioRun) settleOrRecover(ctx context.Context, when string) error {
 }
 
 // waitDecided waits until the group's committed offsets reach the end of
-// every signals partition: every signal has been decided, and what it
+// every partition of every input: every signal has been decided, and what it
 // became is committed. It restarts, with a finding, any processor that
 // died on its own meanwhile.
 func (r *scenarioRun) waitDecided(ctx context.Context) error {
@@ -558,7 +577,11 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 				}
 			}
 		}
-		ends, err := r.h.adm.ListEndOffsets(ctx, string(r.set.Signals))
+		var inputs []string
+		for _, in := range r.set.Inputs() {
+			inputs = append(inputs, string(in))
+		}
+		ends, err := r.h.adm.ListEndOffsets(ctx, inputs...)
 		if err != nil {
 			return err
 		}
@@ -572,7 +595,7 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 			c, ok := committed.Lookup(o.Topic, o.Partition)
 			if o.Offset > 0 && (!ok || c.At < o.Offset) {
 				lag += o.Offset - max(c.At, 0)
-				lagging = append(lagging, fmt.Sprintf("%d: %d of %d", o.Partition, c.At, o.Offset))
+				lagging = append(lagging, fmt.Sprintf("%s/%d: %d of %d", o.Topic, o.Partition, c.At, o.Offset))
 			}
 		})
 		if lag == 0 {
