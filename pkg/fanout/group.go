@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -20,9 +21,15 @@ type ownership struct {
 	store  Store
 	claims *claims
 	cmds   *kgo.Client // the commands consumer
-	adm    *kadm.Client
+	adm    groupAdmin
 	ev     EventListener
 	halt   func(error)
+}
+
+// groupAdmin is what ownership asks of the cluster (a *kadm.Client).
+type groupAdmin interface {
+	FetchOffsetsForTopics(ctx context.Context, group string, topics ...string) (kadm.OffsetResponses, error)
+	ListEndOffsets(ctx context.Context, topics ...string) (kadm.ListedOffsets, error)
 }
 
 // assigned claims the new signals partitions and starts consuming their
@@ -34,12 +41,25 @@ type ownership struct {
 // closed) until the commands are applied through an end offset observed
 // after this moment.
 func (o *ownership) assigned(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
-	parts := o.partitions(m)
-	if len(parts) == 0 {
+	start := o.claim(ctx, o.partitions(m))
+	if len(start) == 0 {
 		return
 	}
+	o.cmds.AddConsumePartitions(map[string]map[int32]kgo.Offset{string(o.cfg.Topics.Commands): start})
+	o.ev.PartitionsAssigned(PartitionsInfo{Partitions: slices.Sorted(maps.Keys(start))})
+}
+
+// claim makes the claims of parts not claimed yet and returns where each
+// one's commands are read from; nothing when ctx ends first.
+func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offset {
+	if len(parts) == 0 {
+		return nil
+	}
 	routes := len(o.cfg.Topics.Routes) + 1
-	seen := o.committedMeta(ctx)
+	seen, err := o.committedMeta(ctx)
+	if err != nil {
+		return nil // stopping: the partitions stay unclaimed, their signals held
+	}
 	skipTo := o.unsafeCommandEnds(ctx)
 	now := o.cfg.Now().UnixNano()
 	start := make(map[int32]kgo.Offset, len(parts))
@@ -50,7 +70,7 @@ func (o *ownership) assigned(ctx context.Context, _ *kgo.Client, m map[string][]
 		next, _, err := o.store.Checkpoint(string(o.cfg.Topics.Commands), part)
 		if err != nil {
 			o.halt(fmt.Errorf("unable to read the commands checkpoint of partition %d: %w", part, err))
-			return
+			return nil
 		}
 		if end, ok := skipTo[part]; ok && end > next {
 			o.cfg.Logger.Warn("UNSAFE: skipping commands", "partition", part, "from", next, "to", end)
@@ -69,11 +89,7 @@ func (o *ownership) assigned(ctx context.Context, _ *kgo.Client, m map[string][]
 		o.claims.put(c)
 		start[part] = kgo.NoResetOffset().At(next)
 	}
-	if len(start) == 0 {
-		return
-	}
-	o.cmds.AddConsumePartitions(map[string]map[int32]kgo.Offset{string(o.cfg.Topics.Commands): start})
-	o.ev.PartitionsAssigned(PartitionsInfo{Partitions: slices.Sorted(maps.Keys(start))})
+	return start
 }
 
 // revoked stops every use of the partitions: their claims go, so the
@@ -114,9 +130,33 @@ type committedMeta struct{ eventNs, judged int64 }
 // if this instance never saw the signal, unless the previous owner judged
 // it already. Every route's input carries the claim's metadata, each as of
 // the cycle that last committed it; every one was true when committed and
-// both values only grow, so the highest of each holds. Unreadable metadata
-// only weakens late-leave detection, so errors are logged, not fatal.
-func (o *ownership) committedMeta(ctx context.Context) map[int32]committedMeta {
+// both values only grow, so the highest of each holds.
+//
+// It retries until it reads every partition, or ctx ends (its error then).
+// Metadata it could not read must not pass for none: a claim starts its
+// commands at the judged offset because the records of the commands an
+// instance applied beyond it (before a kill, say) may never have been
+// produced, and only a replay writes them again.
+func (o *ownership) committedMeta(ctx context.Context) (map[int32]committedMeta, error) {
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		out, err := o.readMeta(ctx)
+		if err == nil {
+			return out, nil
+		}
+		o.cfg.Logger.Warn("unable to read the committed offsets metadata; its partitions wait", "attempt", attempt, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+func (o *ownership) readMeta(ctx context.Context) (map[int32]committedMeta, error) {
 	out := make(map[int32]committedMeta)
 	var inputs []string
 	for _, in := range o.cfg.Topics.Inputs() {
@@ -124,12 +164,14 @@ func (o *ownership) committedMeta(ctx context.Context) map[int32]committedMeta {
 	}
 	resp, err := o.adm.FetchOffsetsForTopics(ctx, o.cfg.Group, inputs...)
 	if err != nil {
-		o.cfg.Logger.Warn("unable to read committed offsets metadata", "err", err)
-		return out
+		return nil, err
 	}
 	for _, in := range inputs {
 		for part, off := range resp[in] {
-			if off.Err != nil || off.Metadata == "" {
+			if off.Err != nil {
+				return nil, fmt.Errorf("%s partition %d: %w", in, part, off.Err)
+			}
+			if off.Metadata == "" {
 				continue
 			}
 			if ts, judged, err := parseMeta(off.Metadata); err == nil {
@@ -141,7 +183,7 @@ func (o *ownership) committedMeta(ctx context.Context) map[int32]committedMeta {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // unsafeCommandEnds returns the commands' end offsets when

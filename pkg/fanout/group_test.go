@@ -1,0 +1,147 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/cohortgate/cohortgate/pkg/membership"
+)
+
+// flakyOffsets fails its first fails reads of the committed offsets, then
+// answers with meta for every partition it holds.
+type flakyOffsets struct {
+	fails int
+	err   error // of the request, or of one partition when partErr
+	part  bool
+	meta  map[string]map[int32]string
+	reads atomic.Int64
+}
+
+func (f *flakyOffsets) FetchOffsetsForTopics(_ context.Context, group string, topics ...string) (kadm.OffsetResponses, error) {
+	n := f.reads.Add(1)
+	out := make(kadm.OffsetResponses)
+	for _, t := range topics {
+		out[t] = make(map[int32]kadm.OffsetResponse)
+		for p, m := range f.meta[t] {
+			out[t][p] = kadm.OffsetResponse{Offset: kadm.Offset{Topic: t, Partition: p, At: 50, Metadata: m}}
+		}
+	}
+	if n <= int64(f.fails) {
+		if !f.part {
+			return nil, f.err
+		}
+		for t := range out {
+			for p, r := range out[t] {
+				r.Err = f.err
+				out[t][p] = r
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *flakyOffsets) ListEndOffsets(context.Context, ...string) (kadm.ListedOffsets, error) {
+	return nil, errors.New("not asked for without UnsafeSkipCommands")
+}
+
+// TestClaimStartsAtJudgedAfterUnreadableMeta: an instance killed after
+// its store committed commands but before their changelog records were
+// produced restarts with a checkpoint past them; only the previous
+// cycle's judged offset (offset metadata) makes it replay them and write
+// the records. A failed read of that metadata used to pass for "none", so
+// the claim started at the checkpoint and the records were never written
+// (users with no changelog record in a chaos kill run).
+func TestClaimStartsAtJudgedAfterUnreadableMeta(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fails int
+		err   error
+		part  bool
+	}{
+		{"the request fails twice", 2, errors.New("request timed out"), false},
+		{"a partition's read fails twice", 2, kerr.CoordinatorLoadInProgress, true},
+		{"no failure", 0, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			cfg := Config{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)}
+			cfg.EnsureDefaults()
+			b := store.NewBatch()
+			if err := b.SetCheckpoint(string(cfg.Topics.Commands), 3, 40); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			f := &flakyOffsets{fails: tc.fails, err: tc.err, part: tc.part,
+				meta: map[string]map[int32]string{string(cfg.Topics.Signals): {3: "1000:25"}}}
+			o := &ownership{cfg: &cfg, store: store, claims: &claims{}, adm: f, halt: func(err error) { t.Errorf("halted: %v", err) }}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := o.claim(ctx, []int32{3})
+			if got := start[3].EpochOffset().Offset; got != 25 {
+				t.Errorf("commands of partition 3 start at %d, want 25 (the judged offset, below the checkpoint 40)", got)
+			}
+			c := o.claims.get(3)
+			if c == nil {
+				t.Fatal("partition 3 not claimed")
+			}
+			if c.judgedBelow != 25 || c.inheritedMaxNs != 1000 {
+				t.Errorf("claim has judgedBelow %d, inheritedMaxNs %d; want 25, 1000", c.judgedBelow, c.inheritedMaxNs)
+			}
+			if want := int64(tc.fails + 1); f.reads.Load() != want {
+				t.Errorf("%d reads of the committed offsets, want %d", f.reads.Load(), want)
+			}
+		})
+	}
+}
+
+// TestClaimWaitsForMetaUntilStopped: while the metadata cannot be read the
+// partition stays unclaimed (its signals held); a stop ends the wait.
+func TestClaimWaitsForMetaUntilStopped(t *testing.T) {
+	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)}
+	cfg.EnsureDefaults()
+	f := &flakyOffsets{fails: 1 << 30, err: errors.New("down")}
+	o := &ownership{cfg: &cfg, store: store, claims: &claims{}, adm: f, halt: func(err error) { t.Errorf("halted: %v", err) }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan map[int32]int64)
+	go func() {
+		start := o.claim(ctx, []int32{0})
+		out := make(map[int32]int64)
+		for p, s := range start {
+			out[p] = s.EpochOffset().Offset
+		}
+		done <- out
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for o.claims.get(0) == nil && time.Now().Before(deadline) {
+		if f.reads.Load() >= 3 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+	if o.claims.get(0) != nil {
+		t.Fatal("partition claimed without its metadata")
+	}
+	cancel()
+	if start := <-done; len(start) != 0 {
+		t.Errorf("claimed %v after the stop", start)
+	}
+}
