@@ -32,8 +32,9 @@ import (
 //  4. reads, per partition, how far the signals side may have decided
 //     without these commands, which gives receipts and late-leave windows,
 //     and stores them with the changelog records in the batch's outbox;
-//  5. commits the batch (one fsync) and only then advances the applied
-//     offsets that release held signals.
+//  5. commits the batch (one fsync), queues its records for the signals
+//     loop, and only then advances the applied offsets that release held
+//     signals.
 //
 // applyFetched is steps 1 to 5 for records already fetched: what tests
 // drive without a broker (commands_test.go, testdata/commands).
@@ -200,10 +201,15 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("unable to commit commands batch: %w", err)
 	}
+	// The records first, then the offsets: the signals loop reads a
+	// claim's applied offset before it takes the outbox, and commits that
+	// offset as judged with what it took (loop.drainOutbox). Read the other
+	// way round, a cycle could say the commands were judged without their
+	// changelog records, and a kill before the next cycle lost them.
+	a.outbox.add(items...)
 	for _, ca := range advanced {
 		ca.c.applied.Store(ca.next)
 	}
-	a.outbox.add(items...)
 	for _, ac := range cmds {
 		result := "noop"
 		switch {
