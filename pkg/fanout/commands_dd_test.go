@@ -122,6 +122,7 @@ func (st *commandsState) run(t *testing.T, d *datadriven.TestData) string {
 		c := st.a.claims.get(int32(atoi(t, args["partition"])))
 		c.fwd.begin()
 		c.fwd.end([]fwd{{user: uint64(atoi(t, args["user"])), ts: ms(t, args["ts"])}})
+		c.fwd.settle(Committed)
 		c.publishDeciding(0, 0, ms(t, args["ts"]))
 		return ""
 	case "decided":

@@ -61,8 +61,10 @@
 // signals of the user in the episode it opens (or extends, moving left_at
 // back) were already forwarded, it is counted, logged, and stored with the
 // window [left_at, forwarded_through], which the changelog carries to the
-// purge job. A claim remembers the signals it forwarded (forwarded.go), so
-// forwarded_through is the user's latest forwarded signal (exact); when an
+// purge job. A claim remembers the signals it forwarded (forwarded.go),
+// counting a cycle's only once its output is durable (a leave judged while
+// that cycle is open waits for its outcome), so forwarded_through is the
+// user's latest forwarded signal (exact); when an
 // earlier owner of the partition decided signals after left_at, or the
 // record no longer reaches back, it is the latest event time decided on
 // the partition (not exact). A new owner recovers the windows its

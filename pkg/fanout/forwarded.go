@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -29,24 +30,32 @@ type fwd struct {
 // sends the purge job after contributions never made).
 //
 // The signals loop takes decisions in passes over a lane; it marks the pass
-// busy before asking the gate about any signal and publishes the pass's
-// forwarded signals when it ends. The commands side, after changing the
-// gate, calls latest, which first waits for the pass in progress (if any)
-// to be published: every decision taken with the gate as it was before the
-// change is then in the record. The two sides meet only under mu, once a
-// pass and once a late leave.
+// busy before asking the gate about any signal and hands over the pass's
+// forwarded signals when it ends. They stay pending until the cycle that
+// produced them ends: only a cycle whose output is durable makes them
+// forwarded; an aborted cycle's signals are decided again (with the gate as
+// it is then), and an unknown outcome makes them uncertain. The commands
+// side, after changing the gate, calls latest, which first waits for the
+// pass in progress (if any) to be handed over, so that every decision taken
+// with the gate as it was before the change is known, and then, when one of
+// those pending decisions forwarded a signal of the user in the window,
+// for its cycle to end. Most leaves find no such signal and do not wait for
+// the cycle. The two sides meet only under mu.
 type forwarded struct {
 	mu struct {
 		sync.Mutex
-		ring     []fwd  // ring[(start+i) % len] for i < n, oldest first
-		start, n int    // the ring is allocated on the first publish
-		appended uint64 // signals ever published
+		ring     []fwd // ring[(start+i) % len] for i < n, oldest first
+		start, n int   // the ring is allocated on the first publish
 		// evictedMaxNs is the latest event time of a signal that fell out
-		// of the ring (or was taken back by an abort), -1 before any: a
-		// leave at or before it may have leaked a signal no longer known.
+		// of the ring (or whose cycle's outcome is unknown), -1 before
+		// any: a leave at or before it may have leaked a signal no longer
+		// known.
 		evictedMaxNs int64
-		busy         bool          // a pass is deciding signals
-		waiter       chan struct{} // closed when the busy pass is published; nil when none waits
+		busy         bool  // a pass is deciding signals
+		pending      []fwd // forwarded by the open cycle's passes, not durable yet
+		// passDone is closed when the busy pass is handed over, cycleDone
+		// when the open cycle ends; nil when none waits.
+		passDone, cycleDone chan struct{}
 	}
 }
 
@@ -64,17 +73,41 @@ func (f *forwarded) begin() {
 	f.mu.Unlock()
 }
 
-// end publishes the signals the pass forwarded and marks it over.
+// end hands over the signals the pass forwarded, pending until the cycle
+// ends, and marks the pass over.
 func (f *forwarded) end(pass []fwd) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, e := range pass {
-		f.pushLocked(e)
-	}
+	f.mu.pending = append(f.mu.pending, pass...)
 	f.mu.busy = false
-	if f.mu.waiter != nil {
-		close(f.mu.waiter)
-		f.mu.waiter = nil
+	if f.mu.passDone != nil {
+		close(f.mu.passDone)
+		f.mu.passDone = nil
+	}
+}
+
+// settle ends the cycle: with a durable output (Committed, OutputOnly) its
+// pending signals were forwarded; Aborted, they were not (they are decided
+// again); Unknown, they may have been, and a window reaching back to them
+// cannot be exact.
+func (f *forwarded) settle(out Outcome) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case out.outputDurable():
+		for _, e := range f.mu.pending {
+			f.pushLocked(e)
+		}
+	case out == Aborted:
+	default:
+		for _, e := range f.mu.pending {
+			f.mu.evictedMaxNs = max(f.mu.evictedMaxNs, e.ts)
+		}
+	}
+	f.mu.pending = f.mu.pending[:0]
+	if f.mu.cycleDone != nil {
+		close(f.mu.cycleDone)
+		f.mu.cycleDone = nil
 	}
 }
 
@@ -82,7 +115,6 @@ func (f *forwarded) pushLocked(e fwd) {
 	if f.mu.ring == nil {
 		f.mu.ring = make([]fwd, forwardedCap)
 	}
-	f.mu.appended++
 	if f.mu.n < len(f.mu.ring) {
 		f.mu.ring[(f.mu.start+f.mu.n)%len(f.mu.ring)] = e
 		f.mu.n++
@@ -94,60 +126,50 @@ func (f *forwarded) pushLocked(e fwd) {
 	f.mu.start = (f.mu.start + 1) % len(f.mu.ring)
 }
 
-// mark returns how many signals were ever published, for takeBack.
-func (f *forwarded) mark() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.mu.appended
-}
-
-// takeBack forgets the signals published after mark: their cycle aborted,
-// so they were not forwarded and will be decided again. Those already
-// pushed out of the ring count as evicted.
-func (f *forwarded) takeBack(mark uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for f.mu.appended > mark {
-		f.mu.appended--
-		if f.mu.n == 0 {
-			continue // pushed out of the ring already: evictedMaxNs covers them
-		}
-		f.mu.n--
-	}
-}
-
 // latest returns the latest event time of a forwarded signal of user in
-// [from, to) (to exclusive), after waiting for the pass in progress to be
-// published. complete is false when the record cannot tell: a signal at or
-// after from may have been forwarded and forgotten since, or the wait for
-// the pass timed out.
+// [from, to) (to exclusive), once the decisions taken before the call are
+// settled (see forwarded). complete is false when the record cannot tell:
+// a signal at or after from may have been forwarded and forgotten since, a
+// cycle's outcome is unknown, or the wait timed out (forwardedWait in all).
 func (f *forwarded) latest(ctx context.Context, user uint64, from, to int64) (ts int64, found, complete bool) {
-	f.mu.Lock()
-	if f.mu.busy {
-		if f.mu.waiter == nil {
-			f.mu.waiter = make(chan struct{})
-		}
-		ch := f.mu.waiter
+	t := time.NewTimer(forwardedWait)
+	defer t.Stop()
+	wait := func(ch chan struct{}) bool {
 		f.mu.Unlock()
-		t := time.NewTimer(forwardedWait)
-		defer t.Stop()
+		defer f.mu.Lock()
 		select {
 		case <-ch:
+			return true
 		case <-t.C:
-			return 0, false, false
 		case <-ctx.Done():
+		}
+		return false
+	}
+	in := func(e fwd) bool { return e.user == user && e.ts >= from && e.ts < to }
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.busy {
+		if f.mu.passDone == nil {
+			f.mu.passDone = make(chan struct{})
+		}
+		if !wait(f.mu.passDone) {
 			return 0, false, false
 		}
-		f.mu.Lock()
 	}
-	defer f.mu.Unlock()
+	if slices.ContainsFunc(f.mu.pending, in) {
+		if f.mu.cycleDone == nil {
+			f.mu.cycleDone = make(chan struct{})
+		}
+		if !wait(f.mu.cycleDone) {
+			return 0, false, false
+		}
+	}
 	if f.mu.evictedMaxNs >= from {
 		return 0, false, false
 	}
 	ts = -1
 	for i := range f.mu.n {
-		e := f.mu.ring[(f.mu.start+i)%len(f.mu.ring)]
-		if e.user == user && e.ts >= from && e.ts < to && e.ts > ts {
+		if e := f.mu.ring[(f.mu.start+i)%len(f.mu.ring)]; in(e) && e.ts > ts {
 			ts = e.ts
 		}
 	}

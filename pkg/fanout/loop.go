@@ -73,11 +73,9 @@ type part struct {
 	// this cycle or an earlier one. It goes into the offset metadata.
 	judged int64
 	// pass collects the signals forwarded in the current decision pass,
-	// on every route, published to the claim's record at its end; mark is
-	// that record's count when the cycle began, for taking back an aborted
-	// cycle's.
+	// on every route, handed to the claim's record at its end; the
+	// cycle's outcome settles them (forwarded.settle).
 	pass []fwd
-	mark uint64
 }
 
 // lane is the loop's state for one owned partition of one route's input.
@@ -100,9 +98,6 @@ func (l *loop) run(ctx context.Context) error {
 	for {
 		if err := l.s.begin(); err != nil {
 			return fmt.Errorf("%w: unable to begin: %v", errReplaceSession, err)
-		}
-		for _, pt := range l.parts {
-			pt.mark = pt.c.fwd.mark()
 		}
 		deadline := time.Now().Add(l.cfg.CommitInterval)
 		for ctx.Err() == nil && time.Now().Before(deadline) {
@@ -211,7 +206,7 @@ func (l *loop) syncParts() {
 	}
 	for _, c := range l.claims.all() {
 		if l.parts[c.partition] == nil {
-			pt := &part{c: c, judged: c.judgedBelow, mark: c.fwd.mark(), lanes: make([]*lane, len(l.inputs))}
+			pt := &part{c: c, judged: c.judgedBelow, lanes: make([]*lane, len(l.inputs))}
 			for i := range pt.lanes {
 				pt.lanes[i] = &lane{start: kgo.EpochOffset{Epoch: -1, Offset: -1}}
 			}
@@ -377,6 +372,9 @@ func (l *loop) end(ctx context.Context) error {
 		return fatal
 	}
 	l.ev.CycleEnd(CycleInfo{Outcome: out, Err: err})
+	for _, pt := range l.parts {
+		pt.c.fwd.settle(out)
+	}
 	if out.outputDurable() {
 		l.refused.forget(l.settledRefused)
 		l.delivered()
@@ -394,9 +392,6 @@ func (l *loop) end(ctx context.Context) error {
 			}
 		}
 	case Aborted:
-		for _, pt := range l.parts {
-			pt.c.fwd.takeBack(pt.mark) // not forwarded: decided again
-		}
 		l.rewind()
 	case Unknown:
 		return fmt.Errorf("%w: %v", errReplaceSession, err)
