@@ -111,8 +111,9 @@ promtool:
 # same-millisecond, future and poison records): CHAOS_SCENES scenes of it
 # per scenario, 16 in chaos-short and 64 in chaos unless set. It runs against CHAOS_BROKERS (default KAFKA_BROKERS: start
 # one with `make kafka-start`); CHAOS_BROKERS= runs it on an in-process
-# kfake broker. chaos-short is the few-minute CI version; chaos is the long
-# one (1M signals over 100k users). Extra flags go in CHAOS_FLAGS (e.g.
+# kfake broker. chaos-short is the few-minute CI version, with two routes
+# (every signal written to both inputs, each output judged); chaos is the
+# long one (1M signals over 100k users, one route). Extra flags go in CHAOS_FLAGS (e.g.
 # --keep, --hostile-shares txn-held=2,poison=1, or --hostile=false for the
 # friendly load alone).
 CHAOS_BROKERS ?= $(KAFKA_BROKERS)
@@ -130,7 +131,7 @@ chaos: build
 chaos-short: build
 	$(GO) build -o bin/chaos ./cmd/chaos
 	./bin/chaos --processor $(BIN) --brokers '$(CHAOS_BROKERS)' \
-		--signals 60000 --users 6000 --leave-pct 5 --rejoin-pct 1 \
+		--signals 60000 --users 6000 --leave-pct 5 --rejoin-pct 1 --routes 2 \
 		--hostile --hostile-scenes $(or $(CHAOS_SCENES),16) \
 		--rounds 10 --timeout 5m $(CHAOS_FLAGS)
 
