@@ -143,7 +143,9 @@ func (e *emitter) forwarded(r *kgo.Record, err error, forwarded prometheus.Count
 // forward latency: those whose output offset is a multiple of it are
 // observed. A clock read per signal cost about 5% of the processor's CPU at
 // a million signals per second; output offsets are independent of the
-// latency, so the histogram stays a fair sample.
+// latency, so the histogram stays a fair sample. The hold histogram
+// samples the decided signals the same way, by input offset (a histogram
+// observation per signal was about 1.5% of the processor's CPU).
 const latencySample = 8
 
 // otherAcked accounts for a DLQ copy or a re-published copy of a signal.

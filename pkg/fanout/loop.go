@@ -302,7 +302,9 @@ func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av align
 		l.out.republish(ctx, r, v.want, SourceSignals, v.alone)
 	case actGate:
 		c.publishDeciding(route, r.Offset, v.tsNs) // before asking the gate: see claim
-		l.m.holdSeconds.Observe(float64(l.passNs-h.fetchedNs) / 1e9)
+		if r.Offset%latencySample == 0 {           // a fair sample: input offsets are independent of the hold
+			l.m.holdSeconds.Observe(float64(l.passNs-h.fetchedNs) / 1e9)
+		}
 		if !l.gate.Allows(v.user, uint64(v.tsNs)) {
 			l.series[route].droppedLeft.Inc()
 			return true
