@@ -143,7 +143,7 @@ func (r *results) markdown(o *runOptions, detailsPath string) string {
 	w("## %s\n\n", r.Started.UTC().Format("2006-01-02 15:04 MST"))
 	r.header(w, o)
 	if detailsPath != "" {
-		w("- every repetition, the commands, the gate benchmarks and the profiles' tops: `%s`; profiles beside it (`*.pprof`, `*.top.txt`)\n", detailsPath)
+		w("- every repetition, the commands and the profiles' tops (and the gate benchmarks when they ran): `%s`; profiles beside it (`*.pprof`, `*.top.txt`)\n", detailsPath)
 	}
 	r.summarySection(w, o)
 	r.agreementSection(w)
@@ -310,7 +310,7 @@ func (r *results) otherPhasesSection(w writef) {
 // topFramesSection gives the first frames of the processor-eos and
 // passthrough-eos CPU profiles of the first round.
 func (r *results) topFramesSection(w writef) {
-	const frames = 8
+	const frames = 5
 	var blocks []string
 	for _, run := range []string{runProcessorEOS, runPassthroughEOS} {
 		for _, p := range r.Profiles {
