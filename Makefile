@@ -38,8 +38,9 @@ kafka-stop:
 
 # The benchmarks of issue 7 in one run against the broker at KAFKA_BROKERS
 # (start one with `make kafka-start`): the pkg/gate benchmarks, then
-# cmd/bench (throughput of the passthrough, the processor and the Kafka
-# Streams app of bench/, leave latency, restore); results are appended to
+# cmd/bench (drop agreement, then throughput of the passthrough, the
+# processor and the Kafka Streams app of bench/, plain and with a grace,
+# in interleaved rounds; leave latency, restore); results are appended to
 # BENCHMARKS.md. Needs Java 17 and Maven for bench/. Bigger or partial
 # runs through BENCHFLAGS, e.g. BENCHFLAGS='--signals 30000000' or
 # BENCHFLAGS='--phases throughput --runs passthrough,processor-eos'.

@@ -135,6 +135,28 @@ type outputCount struct {
 	Distinct   int64 // distinct signal ids among them
 	Duplicates int64 // records beyond the first of their signal id
 	Took       time.Duration
+
+	seen bitset // the signal ids read
+}
+
+// bitset is a set of signal ids.
+type bitset []uint64
+
+func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
+
+// add adds id and reports whether it was absent.
+func (b bitset) add(id uint64) bool {
+	w, bit := id/64, uint64(1)<<(id%64)
+	if b[w]&bit != 0 {
+		return false
+	}
+	b[w] |= bit
+	return true
+}
+
+func (b bitset) has(id uint64) bool {
+	w := id / 64
+	return w < uint64(len(b)) && b[w]&(uint64(1)<<(id%64)) != 0
 }
 
 // countOutput reads topic read_committed up to its last stable offsets and
@@ -147,24 +169,28 @@ func (a *admin) countOutput(ctx context.Context, topic string, signals int) (out
 	if err != nil {
 		return out, fmt.Errorf("output %s: %w", topic, err)
 	}
-	seen := make([]uint64, (signals+63)/64)
-	opts := []kgo.Opt{kgo.SeedBrokers(a.brokers...), kgo.ClientID("cohortgate-bench-reader")}
-	err = oracle.ReadTopic(ctx, opts, topic, upTo, func(r *kgo.Record) {
+	seen := newBitset(signals)
+	out.seen = seen
+	err = oracle.ReadTopic(ctx, readerOpts(a.brokers), topic, upTo, func(r *kgo.Record) {
 		out.Records++
 		id, err := workload.ParseSignalID(r.Value)
 		if err != nil || id >= uint64(signals) {
 			return // no signal of the workload
 		}
-		w, bit := id/64, uint64(1)<<(id%64)
-		if seen[w]&bit != 0 {
+		if !seen.add(id) {
 			out.Duplicates++
 			return
 		}
-		seen[w] |= bit
 		out.Distinct++
 	})
 	out.Took = time.Since(start)
 	return out, err
+}
+
+// readerOpts are the options of the clients that read a run's topics (with
+// oracle.ReadTopic: read_committed, retriable fetch errors waited out).
+func readerOpts(brokers []string) []kgo.Opt {
+	return []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("cohortgate-bench-reader")}
 }
 
 // brokerVersion describes the broker: the version the project's broker

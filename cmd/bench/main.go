@@ -20,7 +20,17 @@
 //	passthrough-eos  the same in transactions (GroupTransactSession); the transactional limit
 //	processor-alo    bin/processor --exactly-once=false --grace 0
 //	processor-eos    bin/processor --grace 0 (exactly once, the default)
-//	streams          the Kafka Streams app of bench/ (exactly_once_v2)
+//	streams          the Kafka Streams app of bench/ (exactly_once_v2), plain KTable join
+//	streams-grace    the same app with a versioned KTable and Joined.withGracePeriod(--streams-grace)
+//
+// The runs are repeated in --rounds interleaved rounds (round 1 does each
+// run once, then round 2, ...): the machine is shared, and noise that
+// falls on one moment falls on one repetition of every run rather than on
+// every repetition of one. The report gives each figure as the median
+// over the rounds with its min and max, and each ratio as the median of
+// the ratios within a round; an aim is met only when its worst round
+// meets it (rounds.go). After the load, one end-of-input tick per signals
+// partition lets streams-grace drain its grace buffer (ticks.go).
 //
 // The harness polls, every 100 ms, the child's committed offsets on the
 // signals topic (the group's OffsetFetch) and its CPU time
@@ -35,6 +45,11 @@
 // (process start to t0) is reported apart. Peak RSS is the child's VmHWM.
 // After the run, the output topic is read read_committed and its signals
 // counted (forwarded, duplicates).
+//
+// Before the throughput runs, the agreement phase (agree.go) runs
+// processor-eos, streams-grace and streams once each on a small seeded
+// load and compares what they dropped, signal by signal and user by user,
+// with each other and with what the load marks as to be dropped.
 //
 // Leave latency, restore and the single-partition rebuild are described in
 // latency.go and restore.go.

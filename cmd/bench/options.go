@@ -24,13 +24,21 @@ type runOptions struct {
 	java        string
 	streamsHeap string
 	streamsThr  int
-	goTool      string // for `go tool pprof`
-	kafkaScript string // integration/kafka/kafka.sh, for the broker version
+	// streamsGrace is the grace of the versioned Kafka Streams variant
+	// (Joined.withGracePeriod); streamsHistory its table's history
+	// retention (0: the app's default, the grace plus a minute).
+	streamsGrace, streamsHistory time.Duration
+	goTool                       string // for `go tool pprof`
+	kafkaScript                  string // integration/kafka/kafka.sh, for the broker version
 
 	load       workload.Config
 	partitions int
 	runs       []string
+	rounds     int // each run is repeated this many times, interleaved
 	phases     []string
+
+	agree      workload.Config // the small load of the agreement phase
+	agreeGrace time.Duration   // the processor's --grace there
 
 	latencyLeaves int
 	latencyFor    time.Duration
@@ -51,7 +59,7 @@ type runOptions struct {
 }
 
 // allRuns are the throughput runs, in the order they run.
-var allRuns = []string{runPassthrough, runPassthroughEOS, runProcessorALO, runProcessorEOS, runStreams}
+var allRuns = []string{runPassthrough, runPassthroughEOS, runProcessorALO, runProcessorEOS, runStreams, runStreamsGrace}
 
 const (
 	runPassthrough    = "passthrough"
@@ -59,10 +67,11 @@ const (
 	runProcessorALO   = "processor-alo"
 	runProcessorEOS   = "processor-eos"
 	runStreams        = "streams"
+	runStreamsGrace   = "streams-grace"
 )
 
 // allPhases are the phases of a run, in order.
-var allPhases = []string{"throughput", "latency", "restore", "rebuild"}
+var allPhases = []string{"agreement", "throughput", "latency", "restore", "rebuild"}
 
 func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	o := &runOptions{}
@@ -77,18 +86,27 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	fs.StringVar(&o.java, "java", "java", "the java command for the Kafka Streams app")
 	fs.StringVar(&o.streamsHeap, "streams-heap", "-Xmx1g", "JVM heap flags of the Kafka Streams app")
 	fs.IntVar(&o.streamsThr, "streams-threads", 1, "num.stream.threads of the Kafka Streams app")
+	fs.DurationVar(&o.streamsGrace, "streams-grace", 2*time.Second, "grace of the versioned Kafka Streams variant (streams-grace): Joined.withGracePeriod")
+	fs.DurationVar(&o.streamsHistory, "streams-history", 0, "history retention of streams-grace's versioned table; 0: the app's default (the grace plus a minute)")
 	fs.StringVar(&o.goTool, "go", "go", "the go command, for `go tool pprof`")
 	fs.StringVar(&o.kafkaScript, "kafka-script", "integration/kafka/kafka.sh", "the broker script, asked for the broker version; empty: guess from API versions")
 
 	fs.IntVar(&o.load.Users, "users", 100_000, "users of the workload")
-	fs.IntVar(&o.load.Signals, "signals", 24_000_000, "signals pre-loaded; pick it so that each throughput run but Kafka Streams' lasts 15-30 s")
+	fs.IntVar(&o.load.Signals, "signals", 3_000_000, "signals pre-loaded; every run reads them all, --rounds times, so Kafka Streams' runs bound the length of the phase")
 	fs.IntVar(&o.load.ValueSize, "value-size", 100, "bytes per signal value")
 	fs.Float64Var(&o.load.LeavePct, "leave-pct", 5, "percentage of users who leave")
 	fs.Float64Var(&o.load.RejoinPct, "rejoin-pct", 1, "percentage of users who rejoin")
 	fs.Uint64Var(&o.load.Seed, "seed", 1, "seed of the workload")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
 	fs.StringVar(&runs, "runs", joinList(allRuns), "throughput runs to do, comma-separated")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds of the throughput runs: each round does every run once, in order, so that the machine's noise falls on all of them")
 	fs.StringVar(&phases, "phases", joinList(allPhases), "phases to do, comma-separated")
+
+	fs.IntVar(&o.agree.Users, "agree-users", 2_000, "users of the agreement phase's load")
+	fs.IntVar(&o.agree.Signals, "agree-signals", 400_000, "signals of the agreement phase's load")
+	fs.Float64Var(&o.agree.LeavePct, "agree-leave-pct", 20, "percentage of users who leave, agreement phase")
+	fs.Float64Var(&o.agree.RejoinPct, "agree-rejoin-pct", 5, "percentage of users who rejoin, agreement phase")
+	fs.DurationVar(&o.agreeGrace, "agree-grace", 2*time.Second, "the processor's --grace in the agreement phase")
 
 	fs.IntVar(&o.latencyLeaves, "latency-leaves", 1200, "leaves whose latency is measured")
 	fs.DurationVar(&o.latencyFor, "latency-duration", 24*time.Second, "over how long the leaves are spread")
@@ -139,6 +157,16 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	}
 	if err := o.load.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	o.agree.ValueSize, o.agree.Seed = o.load.ValueSize, o.load.Seed
+	if err := o.agree.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("agreement load: %w", err))
+	}
+	if o.rounds < 1 {
+		errs = append(errs, errors.New("--rounds: must be at least 1"))
+	}
+	if o.streamsGrace <= 0 {
+		errs = append(errs, errors.New("--streams-grace: must be above 0"))
 	}
 	if o.load.Signals < 1 {
 		errs = append(errs, errors.New("--signals: must be at least 1"))

@@ -23,23 +23,29 @@ type profileJob struct {
 // profileDelay is how long after t0 a profile starts: past the start-up.
 const profileDelay = 2 * time.Second
 
-// startProfile asks the process serving base for a CPU profile of
-// h.o.profileFor, starting after delay, and saves it in the work dir.
-func (h *harness) startProfile(ctx context.Context, name, base string, delay time.Duration) profileJob {
-	j := profileJob{path: filepath.Join(h.work, name+".cpu.pprof"), done: make(chan error, 1)}
+// startProfile asks the process serving base for a profile of
+// h.o.profileFor, starting after delay, and saves it in the work dir as
+// <instance>.cpu.pprof (kind "profile": CPU) or <instance>.allocs.pprof
+// (kind "allocs": the allocations made meanwhile, a delta).
+func (h *harness) startProfile(ctx context.Context, instance, kind, base string, delay time.Duration) profileJob {
+	file := instance + ".cpu.pprof"
+	if kind != "profile" {
+		file = instance + "." + kind + ".pprof"
+	}
+	j := profileJob{path: filepath.Join(h.work, file), done: make(chan error, 1)}
 	go func() {
-		j.done <- fetchProfile(ctx, base, delay, h.o.profileFor, j.path)
+		j.done <- fetchProfile(ctx, base, kind, delay, h.o.profileFor, j.path)
 	}()
 	return j
 }
 
-func fetchProfile(ctx context.Context, base string, delay, d time.Duration, path string) error {
+func fetchProfile(ctx context.Context, base, kind string, delay, d time.Duration, path string) error {
 	if err := workload.Sleep(ctx, delay); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(d.Seconds()))
+	url := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", base, kind, int(d.Seconds()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -77,18 +83,30 @@ func (j profileJob) wait(h *harness) string {
 	return j.path
 }
 
-// addProfile records the flat and cumulative tops of a profile of binary.
-func (h *harness) addProfile(ctx context.Context, run, binary, path string) {
-	if path == "" {
-		return
-	}
-	for _, cum := range []bool{false, true} {
-		top, err := pprofTop(ctx, h.o.goTool, binary, path, 25, cum)
-		if err != nil {
-			h.res.errorf("%s profile: %v", run, err)
-			return
+// addProfile records the flat top of r's CPU profile for the report,
+// and writes the flat and cumulative tops of its CPU and allocation
+// profiles next to them as text (<profile>.top.txt), for reading without
+// the binary.
+func (h *harness) addProfile(ctx context.Context, r throughputResult) {
+	for _, path := range []string{r.Profile, r.Allocs} {
+		if path == "" {
+			continue
 		}
-		h.res.Profiles = append(h.res.Profiles, profileResult{Run: run, Cum: cum, Path: path, Top: top})
+		var text strings.Builder
+		for _, cum := range []bool{false, true} {
+			top, err := pprofTop(ctx, h.o.goTool, r.binary, path, 40, cum)
+			if err != nil {
+				h.res.errorf("%s round %d profile: %v", r.Name, r.Round, err)
+				return
+			}
+			fmt.Fprintf(&text, "%s\n\n", top)
+			if path == r.Profile && !cum {
+				h.res.Profiles = append(h.res.Profiles, profileResult{Run: r.Name, Round: r.Round, Path: path, Top: top})
+			}
+		}
+		if err := os.WriteFile(path+".top.txt", []byte(text.String()), 0o644); err != nil {
+			h.res.errorf("%s round %d profile: %v", r.Name, r.Round, err)
+		}
 	}
 }
 

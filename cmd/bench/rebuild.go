@@ -70,7 +70,7 @@ func (h *harness) rebuild(ctx context.Context, r *rebuildResult) error {
 	defer c.stop(30 * time.Second)
 	var prof profileJob
 	if h.o.profileFor > 0 {
-		prof = h.startProfile(ctx, "rebuild", "http://"+addr, 200*time.Millisecond)
+		prof = h.startProfile(ctx, "rebuild", "profile", "http://"+addr, 200*time.Millisecond)
 	}
 	t := time.NewTimer(10 * time.Minute)
 	defer t.Stop()
@@ -93,7 +93,7 @@ func (h *harness) rebuild(ctx context.Context, r *rebuildResult) error {
 	}
 	h.printf("rebuild: %d commands applied in %v (%s commands/s; %v from process start)",
 		r.Commands, r.Took, thousands(r.Rate()), r.Wall.Round(time.Millisecond))
-	h.addProfile(ctx, "rebuild", h.o.processor, prof.wait(h))
+	h.addProfile(ctx, throughputResult{Name: "rebuild", binary: h.o.processor, Profile: prof.wait(h)})
 	return nil
 }
 

@@ -1,23 +1,15 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestTargets(t *testing.T) {
-	run := func(name string, rate float64, cpu float64) throughputResult {
-		return throughputResult{Name: name, Rate: rate, InSignal: 1_000_000, CPUWindow: cpu, Window: time.Second}
-	}
 	r := &results{
-		Throughput: []throughputResult{
-			run(runPassthrough, 1_000_000, 1),
-			run(runProcessorALO, 950_000, 1.2),
-			run(runProcessorEOS, 800_000, 1.5),
-			run(runStreams, 100_000, 12),
-			{Name: "broken", Err: "exited"},
-		},
 		Gate: &gateResults{Benches: []gateBench{
 			{Name: gateAbsent10M, Metrics: []metric{{32.5, "ns/op"}}},
 			{Name: gatePresent10M, Metrics: []metric{{79.9, "ns/op"}}},
@@ -29,9 +21,6 @@ func TestTargets(t *testing.T) {
 		Latency: &latencyResult{Found: 1000, Latency: summary{P99: 12500 * time.Microsecond}},
 	}
 	want := []target{
-		{"b/a processor-alo / passthrough, signals/s", "≥ 0.95", "0.95", "yes"},
-		{"c/a processor-eos / passthrough, signals/s", "≥ 0.90", "0.80", "no"},
-		{"c/d processor-eos / streams, signals per CPU-s", "≥ 2", "8.00", "yes"},
 		{"lookup of an absent user at 10M members, ns", "≤ 15", "32.5", "no"},
 		{"lookup of a member at 10M members, ns", "≤ 80", "79.9", "yes"},
 		{"bytes per member at 10M", "≤ 40", "–", "–"}, // not measured
@@ -47,16 +36,108 @@ func TestTargets(t *testing.T) {
 			t.Errorf("target %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
+}
 
-	md := r.markdown(&runOptions{})
+// rounds makes one throughput result per (run, round, CPU-s per million
+// signals, signals/s), a million signals each.
+func rounds(rows ...struct {
+	name      string
+	round     int
+	cpu, rate float64
+}) []throughputResult {
+	var out []throughputResult
+	for _, r := range rows {
+		out = append(out, throughputResult{Name: r.name, Round: r.round, InSignal: 1_000_000, CPUWindow: r.cpu,
+			Rate: r.rate, Window: time.Duration(1e6 / r.rate * float64(time.Second))})
+	}
+	return out
+}
+
+type row = struct {
+	name      string
+	round     int
+	cpu, rate float64
+}
+
+func TestRatiosPairRoundsAndTheWorstDecides(t *testing.T) {
+	r := &results{Throughput: rounds(
+		row{runProcessorEOS, 1, 1.0, 1_000_000}, row{runPassthroughEOS, 1, 1.0, 1_000_000}, // 1.00
+		row{runProcessorEOS, 2, 1.2, 800_000}, row{runPassthroughEOS, 2, 1.0, 1_000_000}, // 1.20: the worst
+		row{runProcessorEOS, 3, 1.05, 900_000}, row{runPassthroughEOS, 3, 1.0, 1_000_000}, // 1.05
+		row{runStreamsGrace, 1, 12, 100_000}, row{runStreamsGrace, 2, 13, 90_000}, row{runStreamsGrace, 3, 20, 80_000},
+	)}
+	r.Throughput = append(r.Throughput, throughputResult{Name: runStreamsGrace, Round: 4, Err: "exited"})
+	got := make(map[string]ratioResult)
+	for _, x := range r.ratios() {
+		got[x.Label] = x
+	}
+	over := got["processor-eos / passthrough-eos"]
+	if over.CPU.N != 3 || over.CPU.Median != 1.05 || over.CPU.Min != 1.0 || over.CPU.Max != 1.2 {
+		t.Errorf("overhead spread = %+v, want median 1.05 [1.00 – 1.20] of 3", over.CPU)
+	}
+	if over.Worst != 1.2 || over.Met != "no" {
+		t.Errorf("overhead worst %v met %q, want 1.2 and no: the median meets ≤ 1.10, the worst round does not", over.Worst, over.Met)
+	}
+	peer := got["streams-grace / processor-eos"]
+	// Per round: 12/1.0, 13/1.2, 20/1.05; the worst (smallest) is 10.83.
+	if peer.Met != "yes" || peer.Worst < 10.8 || peer.Worst > 10.9 {
+		t.Errorf("peer worst %v met %q, want 10.83 and yes", peer.Worst, peer.Met)
+	}
+	if _, ok := got["streams / processor-eos"]; ok {
+		t.Error("a ratio of a run that was not done is reported")
+	}
+	sums := r.summaries()
+	for _, s := range sums {
+		if s.Name == runStreamsGrace && (s.Failed != 1 || s.CPU.N != 3 || s.CPU.Median != 13) {
+			t.Errorf("streams-grace summary = %+v, want 1 failed and a median of 13 over 3", s)
+		}
+	}
+}
+
+func TestSpreadOfAnEvenCount(t *testing.T) {
+	if s := spreadOf([]float64{4, 1, 3, 2}); s.Median != 2.5 || s.Min != 1 || s.Max != 4 || s.N != 4 {
+		t.Fatalf("spreadOf = %+v", s)
+	}
+}
+
+func TestReportSectionIsShortAndTheTrendRowLands(t *testing.T) {
+	var rows []row
+	for round := 1; round <= 3; round++ {
+		for _, name := range allRuns {
+			rows = append(rows, row{name, round, float64(round), 1_000_000})
+		}
+	}
+	r := &results{Throughput: rounds(rows...)}
+	r.Throughput = append(r.Throughput, throughputResult{Name: "broken", Round: 1, Err: "exited"})
+	r.Load.Signals = 3_000_000
+	o := &runOptions{rounds: 3}
+	md := r.markdown(o, "bin/bench-work/x/report.md")
+	if n := strings.Count(md, "\n"); n > 80 {
+		t.Errorf("the section has %d lines, want at most 80:\n%s", n, md)
+	}
 	for _, line := range []string{
-		"| b/a processor-alo / passthrough, signals/s | ≥ 0.95 | 0.95 | yes |",
-		"| c/d processor-eos / streams | 8.00 | 8.00 |",
-		"| broken | failed: exited |",
+		"| processor-eos | 2.00 [1.00 – 3.00] | 1,000,000 [1,000,000 – 1,000,000] |",
+		"| processor-eos / passthrough-eos | 1.00 [1.00 – 1.00] |",
 	} {
 		if !strings.Contains(md, line) {
 			t.Errorf("the report lacks %q:\n%s", line, md)
 		}
+	}
+	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	before := "# Benchmarks\n\n| a |\n|---|\n| old |\n" + trendMarker + "\n\n## old run\n"
+	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendReport(path, md, "| new |"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "| old |\n| new |\n" + trendMarker + "\n\n## old run\n\n" + md
+	if !strings.HasSuffix(string(b), want) {
+		t.Errorf("BENCHMARKS.md after the run:\n%s\nwant it to end with:\n%s", b, want)
 	}
 }
 

@@ -89,7 +89,7 @@ func (h *harness) restore(ctx context.Context, n int, set topics.Set, profile bo
 	defer c.stop(10 * time.Second)
 	var prof profileJob
 	if profile && h.o.profileFor > 0 {
-		prof = h.startProfile(ctx, name, "http://"+addr, 200*time.Millisecond)
+		prof = h.startProfile(ctx, name, "profile", "http://"+addr, 200*time.Millisecond)
 	}
 	t := time.NewTimer(10 * time.Minute)
 	defer t.Stop()
@@ -117,7 +117,7 @@ func (h *harness) restore(ctx context.Context, n int, set topics.Set, profile bo
 		r.Err = err.Error()
 		return r
 	}
-	h.addProfile(ctx, name, h.o.processor, prof.wait(h))
+	h.addProfile(ctx, throughputResult{Name: name, binary: h.o.processor, Profile: prof.wait(h)})
 	h.printf("restore: %d members in %v: %s members/s, peak RSS %s", r.Restored, r.Took, thousands(r.Rate()), mib(r.PeakRSS))
 	return r
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
 // harness is the state of one `bench run`.
@@ -24,9 +26,15 @@ type harness struct {
 	outMu  sync.Mutex
 	stdout io.Writer
 
-	// The pre-loaded input topics and the signals topic's end offsets.
+	// in are the pre-loaded inputs the current phase reads.
+	in inputs
+}
+
+// inputs are a pre-loaded pair of input topics.
+type inputs struct {
 	signals, commands string
-	signalsEnd        offsets
+	signalsEnd        offsets // end offsets of the signals topic, end-of-input ticks included
+	ids               int     // the workload's signal ids are 0..ids-1
 }
 
 // run is `bench run`: the phases in order, each bounded; a phase that
@@ -61,7 +69,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("no Kafka broker answers at %s (start one with `make kafka-start`): %w", joinList(o.brokers), err)
 	}
-	h.signals, h.commands = h.topic("signals"), h.topic("commands")
 
 	h.res.Machine = readMachine()
 	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -75,7 +82,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	if o.hasPhase("throughput") {
+	if o.hasPhase("agreement") && ctx.Err() == nil {
+		h.agreementPhase(ctx)
+	}
+	if o.hasPhase("throughput") && ctx.Err() == nil {
 		h.throughputPhase(ctx)
 	}
 	if o.hasPhase("latency") && ctx.Err() == nil {
@@ -97,10 +107,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if ctx.Err() != nil {
 		h.res.errorf("interrupted: %v", ctx.Err())
 	}
-	report := h.res.markdown(o)
+	detailsPath := filepath.Join(h.work, "report.md")
+	if err := os.WriteFile(detailsPath, []byte(h.res.details(o)), 0o644); err != nil {
+		h.printf("unable to write %s: %v", detailsPath, err)
+		detailsPath = ""
+	}
+	shown := detailsPath
+	if rel, err := filepath.Rel(filepath.Dir(mustAbs(o.out)), detailsPath); err == nil && detailsPath != "" {
+		shown = rel
+	}
+	report := h.res.markdown(o, shown)
 	fmt.Fprintln(stdout)
 	fmt.Fprint(stdout, report)
-	if err := appendReport(o.out, report); err != nil {
+	if err := appendReport(o.out, report, h.res.trendRow(o)); err != nil {
 		return err
 	}
 	h.printf("results appended to %s (logs and profiles in %s)", o.out, h.work)
@@ -110,78 +129,95 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// throughputPhase pre-loads the input and does every selected run.
+// throughputPhase pre-loads the input and does every selected run,
+// --rounds times: round 1 does each run once, in the order of --runs, then
+// round 2, and so on, so that whatever else the machine does falls on every
+// run alike.
 func (h *harness) throughputPhase(ctx context.Context) {
-	if err := h.preload(ctx); err != nil {
+	in, load, err := h.preload(ctx, "", h.o.load)
+	if err != nil {
 		h.res.errorf("pre-load: %v", err)
 		return
 	}
-	for _, name := range h.o.runs {
-		if ctx.Err() != nil {
-			return
+	h.in, h.res.Load = in, load
+	for round := 1; round <= h.o.rounds; round++ {
+		for _, name := range h.o.runs {
+			if ctx.Err() != nil {
+				return
+			}
+			r := h.throughput(ctx, name, round, h.starter(name))
+			if r.Err != "" {
+				h.res.errorf("%s round %d: %s", name, round, r.Err)
+			}
+			h.addProfile(ctx, r)
+			h.res.Throughput = append(h.res.Throughput, r)
 		}
-		var start func(string) (spawned, error)
-		switch name {
-		case runPassthrough:
-			start = h.startPassthrough(name, false)
-		case runPassthroughEOS:
-			start = h.startPassthrough(name, true)
-		case runProcessorALO:
-			start = h.startProcessor(name, false)
-		case runProcessorEOS:
-			start = h.startProcessor(name, true)
-		case runStreams:
-			start = h.startStreams(name)
-		}
-		r := h.throughput(ctx, name, start)
-		if r.Err != "" {
-			h.res.errorf("%s: %s", name, r.Err)
-		}
-		h.addProfile(ctx, name, r.binary, r.Profile)
-		h.res.Throughput = append(h.res.Throughput, r)
 	}
 }
 
-// preload writes the workload with cmd/loadgen, as its own process, and
-// records the end offsets of the input topics.
-func (h *harness) preload(ctx context.Context) error {
-	l := h.o.load
+// starter returns how to start the child of run name.
+func (h *harness) starter(name string) func(instance, out string) (spawned, error) {
+	switch name {
+	case runPassthrough:
+		return h.startPassthrough(false)
+	case runPassthroughEOS:
+		return h.startPassthrough(true)
+	case runProcessorALO:
+		return h.startProcessor(false, 0)
+	case runProcessorEOS:
+		return h.startProcessor(true, 0)
+	case runStreamsGrace:
+		return h.startStreams(h.o.streamsGrace)
+	default:
+		return h.startStreams(0)
+	}
+}
+
+// preload writes the workload l with cmd/loadgen, as its own process, to
+// the topics <prefix>signals and <prefix>commands, then an end-of-input
+// tick to every signals partition (see writeTicks), and records the end
+// offsets of the input topics.
+func (h *harness) preload(ctx context.Context, prefix string, l workload.Config) (inputs, loadResult, error) {
+	in := inputs{signals: h.topic(prefix + "signals"), commands: h.topic(prefix + "commands"), ids: l.Signals}
 	args := []string{"--brokers", joinList(h.o.brokers),
 		"--users", strconv.Itoa(l.Users), "--signals", strconv.Itoa(l.Signals),
 		"--value-size", strconv.Itoa(l.ValueSize), "--leave-pct", fmtFloat(l.LeavePct),
 		"--rejoin-pct", fmtFloat(l.RejoinPct), "--rate", "0", "--seed", strconv.FormatUint(l.Seed, 10),
-		"--commands-topic", h.commands, "--signals-topic", h.signals,
-		"--cohort-topic", h.topic("load.cohort"), "--dlq-topic", h.topic("load.dlq"),
-		"--changelog-topic", h.topic("load.changelog"),
+		"--commands-topic", in.commands, "--signals-topic", in.signals,
+		"--cohort-topic", h.topic(prefix + "load.cohort"), "--dlq-topic", h.topic(prefix + "load.dlq"),
+		"--changelog-topic", h.topic(prefix + "load.changelog"),
 		"--partitions", strconv.Itoa(h.o.partitions)}
 	h.printf("pre-load: loadgen %s", joinArgs(args))
 	start := time.Now()
-	c, err := h.procs.start("loadgen", h.logPath("loadgen"), func(line string) {
+	c, err := h.procs.start("loadgen", h.logPath(prefix+"loadgen"), func(line string) {
 		h.printf("pre-load: %s", strings.TrimPrefix(line, "loadgen: "))
 	}, h.o.loadgen, args...)
 	if err != nil {
-		return err
+		return in, loadResult{}, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
 	if err := c.wait(wctx); err != nil {
 		c.stop(5 * time.Second)
-		return c.failure()
+		return in, loadResult{}, c.failure()
 	}
-	h.res.Load = loadResult{Config: l, Partitions: h.o.partitions, Took: time.Since(start), Command: "loadgen " + joinArgs(args)}
-	if h.signalsEnd, err = h.a.endOffsets(ctx, h.signals); err != nil {
-		return err
+	res := loadResult{Config: l, Partitions: h.o.partitions, Took: time.Since(start), Command: "loadgen " + joinArgs(args)}
+	if err := h.writeTicks(ctx, in.signals, uint64(l.Users)); err != nil {
+		return in, res, err
 	}
-	commandsEnd, err := h.a.endOffsets(ctx, h.commands)
+	if in.signalsEnd, err = h.a.endOffsets(ctx, in.signals); err != nil {
+		return in, res, err
+	}
+	commandsEnd, err := h.a.endOffsets(ctx, in.commands)
 	if err != nil {
-		return err
+		return in, res, err
 	}
-	h.res.Load.Signals, h.res.Load.Commands = h.signalsEnd.sum(), commandsEnd.sum()
-	if h.res.Load.Signals != int64(l.Signals) {
-		return fmt.Errorf("the signals topic holds %d records, want %d", h.res.Load.Signals, l.Signals)
+	res.Signals, res.Commands = in.signalsEnd.sum()-int64(h.o.partitions), commandsEnd.sum()
+	if res.Signals != int64(l.Signals) {
+		return in, res, fmt.Errorf("the signals topic holds %d records besides the ticks, want %d", res.Signals, l.Signals)
 	}
-	h.printf("pre-load: %d signals and %d commands in %.1fs", h.res.Load.Signals, h.res.Load.Commands, h.res.Load.Took.Seconds())
-	return nil
+	h.printf("pre-load: %d signals and %d commands in %.1fs", res.Signals, res.Commands, res.Took.Seconds())
+	return in, res, nil
 }
 
 // printf prints one progress line, stamped with the time since start.
@@ -212,6 +248,14 @@ func (h *harness) dropTopics(ctx context.Context, prefixes ...string) {
 			h.printf("unable to delete topics %s*: %v", prefix, err)
 		}
 	}
+}
+
+// mustAbs is path made absolute, or path itself if that fails.
+func mustAbs(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
 
 // freeAddr returns a loopback address with a port free right now.

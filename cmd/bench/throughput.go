@@ -15,7 +15,8 @@ import (
 // throughputResult is one throughput run. See the package documentation
 // for the definitions.
 type throughputResult struct {
-	Name    string
+	Name    string // the run: passthrough, processor-eos, ...
+	Round   int    // which repetition, from 1
 	Command string // the child's command line, abridged
 
 	Startup  time.Duration // process start to t0
@@ -39,6 +40,7 @@ type throughputResult struct {
 	Cycles, EndSeconds float64
 
 	Profile string // path of the CPU profile, if one was taken
+	Allocs  string // path of the allocation profile, if one was taken
 	Err     string
 
 	binary string // the binary the profile symbolizes against
@@ -75,22 +77,25 @@ type spawned struct {
 	command string
 }
 
-// throughput does one run: starts the child with start, measures it until
-// it has committed every signal, stops it and counts its output.
-func (h *harness) throughput(ctx context.Context, name string, start func(out string) (spawned, error)) throughputResult {
-	res := throughputResult{Name: name}
-	out := h.topic(name + ".out")
+// throughput does one run of h.in: starts the child with start, measures
+// it until it has committed every signal, stops it and counts its output.
+// The child's topics, group and directories are named after the instance,
+// <name>.r<round>.
+func (h *harness) throughput(ctx context.Context, name string, round int, start func(instance, out string) (spawned, error)) throughputResult {
+	res := throughputResult{Name: name, Round: round}
+	instance := fmt.Sprintf("%s.r%d", name, round)
+	out := h.topic(instance + ".out")
 	fail := func(err error) throughputResult {
 		res.Err = err.Error()
 		h.printf("%s: FAILED: %v", name, err)
 		return res
 	}
-	if err := h.createOutput(ctx, name, out); err != nil {
+	if err := h.createOutput(ctx, name, instance, out); err != nil {
 		return fail(err)
 	}
-	h.printf("%s: starting", name)
+	h.printf("%s: starting", instance)
 	began := time.Now()
-	sp, err := start(out)
+	sp, err := start(instance, out)
 	if err != nil {
 		return fail(err)
 	}
@@ -99,15 +104,18 @@ func (h *harness) throughput(ctx context.Context, name string, start func(out st
 
 	rctx, cancel := context.WithTimeout(ctx, h.o.runTimeout)
 	defer cancel()
-	var prof profileJob
+	var prof, allocs profileJob
 	var cycles0 cycleCount
-	first, last, err := h.measure(rctx, name, sp, func() {
+	first, last, err := h.measure(rctx, instance, sp, func() {
 		if sp.httpURL == "" {
 			return
 		}
 		cycles0, _ = scrapeCycles(ctx, sp.httpURL)
-		if h.o.profileFor > 0 {
-			prof = h.startProfile(ctx, name, sp.httpURL, profileDelay)
+		if h.o.profileFor > 0 && round > 0 { // round 0: the agreement phase
+			prof = h.startProfile(ctx, instance, "profile", sp.httpURL, profileDelay)
+			if strings.HasPrefix(name, "processor") {
+				allocs = h.startProfile(ctx, instance, "allocs", sp.httpURL, profileDelay)
+			}
 		}
 	})
 	if err != nil {
@@ -128,24 +136,24 @@ func (h *harness) throughput(ctx context.Context, name string, start func(out st
 	if rss, err := procPeakRSS(sp.c.pid()); err == nil {
 		res.PeakRSS = rss
 	}
-	res.Profile = prof.wait(h)
+	res.Profile, res.Allocs = prof.wait(h), allocs.wait(h)
 	sp.c.stop(30 * time.Second)
 	if res.PeakRSS == 0 && sp.c.rusage != nil {
 		res.PeakRSS = sp.c.rusage.Maxrss << 10
 	}
 	h.printf("%s: %s signals/s over %.1fs (start-up %.1fs), %.2f CPU-s per million signals, peak RSS %s; counting the output",
-		name, thousands(res.Rate), res.Window.Seconds(), res.Startup.Seconds(), res.CPUPerMillion(), mib(res.PeakRSS))
+		instance, thousands(res.Rate), res.Window.Seconds(), res.Startup.Seconds(), res.CPUPerMillion(), mib(res.PeakRSS))
 
 	cctx, ccancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer ccancel()
-	res.Out, err = h.a.countOutput(cctx, out, h.o.load.Signals)
+	res.Out, err = h.a.countOutput(cctx, out, h.in.ids)
 	if err != nil {
 		return fail(fmt.Errorf("counting the output: %w", err))
 	}
 	res.OutRate = ratio(float64(res.Out.Distinct), last.at.Sub(began).Seconds())
 	h.printf("%s: output: %d records, %d distinct signals, %d duplicates (read in %.1fs)",
-		name, res.Out.Records, res.Out.Distinct, res.Out.Duplicates, res.Out.Took.Seconds())
-	h.dropTopics(ctx, h.topic(name+"."), h.topic(name+"-")) // Kafka Streams names its internal topics <application.id>-…
+		instance, res.Out.Records, res.Out.Distinct, res.Out.Duplicates, res.Out.Took.Seconds())
+	h.dropTopics(ctx, h.topic(instance+"."), h.topic(instance+"-")) // Kafka Streams names its internal topics <application.id>-…
 	return res
 }
 
@@ -153,17 +161,17 @@ func (h *harness) throughput(ctx context.Context, name string, start func(out st
 // its DLQ and changelog topics, as it would create them itself: a processor
 // that creates topics at start joins its group about 5 s later, which
 // would only lengthen the start-up.
-func (h *harness) createOutput(ctx context.Context, name, out string) error {
+func (h *harness) createOutput(ctx context.Context, name, instance, out string) error {
 	if !strings.HasPrefix(name, "processor") {
 		return h.a.createTopic(ctx, out, int32(h.o.partitions))
 	}
-	return h.createTopics(ctx, h.processorTopics(name, out), int32(h.o.partitions))
+	return h.createTopics(ctx, h.processorTopics(instance, out), int32(h.o.partitions))
 }
 
 // processorTopics are the topics of a processor run.
 func (h *harness) processorTopics(name, out string) topics.Set {
 	return topics.Set{
-		Commands: topics.Topic(h.commands), Signals: topics.Topic(h.signals), Cohort: topics.Topic(out),
+		Commands: topics.Topic(h.in.commands), Signals: topics.Topic(h.in.signals), Cohort: topics.Topic(out),
 		DLQ: topics.Topic(h.topic(name + ".dlq")), Changelog: topics.Topic(h.topic(name + ".changelog")),
 	}
 }
@@ -193,7 +201,7 @@ func (h *harness) processorArgs(group, dataDir, addr string, set topics.Set, ext
 // committed offset (t0) and the last (t1). atStart is called once, at t0.
 // Progress is printed once a second.
 func (h *harness) measure(ctx context.Context, name string, sp spawned, atStart func()) (first, last sample, err error) {
-	total := h.signalsEnd.sum()
+	total := h.in.signalsEnd.sum()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var lastPrint time.Time
@@ -237,7 +245,7 @@ func (h *harness) measure(ctx context.Context, name string, sp spawned, atStart 
 func (h *harness) poll(ctx context.Context, sp spawned) (s sample, done bool, err error) {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	committed, err := h.a.committed(pctx, sp.group, h.signals)
+	committed, err := h.a.committed(pctx, sp.group, h.in.signals)
 	if err != nil {
 		return s, false, err
 	}
@@ -247,7 +255,7 @@ func (h *harness) poll(ctx context.Context, sp spawned) (s sample, done bool, er
 	}
 	s.sys, _ = readSystemCPU()
 	done = true
-	for p, end := range h.signalsEnd {
+	for p, end := range h.in.signalsEnd {
 		c := committed[p]
 		s.committed += min(c, end)
 		if c < end {
@@ -257,20 +265,21 @@ func (h *harness) poll(ctx context.Context, sp spawned) (s sample, done bool, er
 	return s, done, nil
 }
 
-// The children of the throughput runs.
+// The children of the throughput runs. Each start function is given the
+// instance name (<run>.r<round>) and the output topic.
 
-func (h *harness) startPassthrough(name string, transactional bool) func(out string) (spawned, error) {
-	return func(out string) (spawned, error) {
+func (h *harness) startPassthrough(transactional bool) func(instance, out string) (spawned, error) {
+	return func(instance, out string) (spawned, error) {
 		addr, err := freeAddr()
 		if err != nil {
 			return spawned{}, err
 		}
-		group := h.topic(name + ".group")
+		group := h.topic(instance + ".group")
 		args := []string{"passthrough", "--brokers", joinList(h.o.brokers), "--group", group,
-			"--input", h.signals, "--output", out, "--commit-interval", "100ms",
-			"--transactional=" + strconv.FormatBool(transactional), "--transactional-id", h.topic(name + ".txn"),
+			"--input", h.in.signals, "--output", out, "--commit-interval", "100ms",
+			"--transactional=" + strconv.FormatBool(transactional), "--transactional-id", h.topic(instance + ".txn"),
 			"--http-addr", addr}
-		c, err := h.procs.start(name, h.logPath(name), nil, h.o.self, args...)
+		c, err := h.procs.start(instance, h.logPath(instance), nil, h.o.self, args...)
 		if err != nil {
 			return spawned{}, err
 		}
@@ -279,16 +288,18 @@ func (h *harness) startPassthrough(name string, transactional bool) func(out str
 	}
 }
 
-func (h *harness) startProcessor(name string, exactlyOnce bool) func(out string) (spawned, error) {
-	return func(out string) (spawned, error) {
+// startProcessor starts bin/processor; grace is its --grace (0 in the
+// throughput runs: the signals are in the past).
+func (h *harness) startProcessor(exactlyOnce bool, grace time.Duration) func(instance, out string) (spawned, error) {
+	return func(instance, out string) (spawned, error) {
 		addr, err := freeAddr()
 		if err != nil {
 			return spawned{}, err
 		}
-		group := h.topic(name + ".group")
-		args := h.processorArgs(group, filepath.Join(h.work, name, "data"), addr, h.processorTopics(name, out),
-			"--exactly-once="+strconv.FormatBool(exactlyOnce), "--grace", "0s", "--pprof")
-		c, err := h.procs.start(name, h.logPath(name), nil, h.o.processor, args...)
+		group := h.topic(instance + ".group")
+		args := h.processorArgs(group, filepath.Join(h.work, instance, "data"), addr, h.processorTopics(instance, out),
+			"--exactly-once="+strconv.FormatBool(exactlyOnce), "--grace", grace.String(), "--pprof")
+		c, err := h.procs.start(instance, h.logPath(instance), nil, h.o.processor, args...)
 		if err != nil {
 			return spawned{}, err
 		}
@@ -297,16 +308,24 @@ func (h *harness) startProcessor(name string, exactlyOnce bool) func(out string)
 	}
 }
 
-func (h *harness) startStreams(name string) func(out string) (spawned, error) {
-	return func(out string) (spawned, error) {
-		appID := h.topic(name)
+// startStreams starts the Kafka Streams app of bench/: the plain KTable
+// join with grace 0, else the versioned KTable joined with that grace.
+func (h *harness) startStreams(grace time.Duration) func(instance, out string) (spawned, error) {
+	return func(instance, out string) (spawned, error) {
+		appID := h.topic(instance)
 		cp := filepath.Join(h.o.streamsDir, "cohortgate-streams-bench.jar") + ":" + filepath.Join(h.o.streamsDir, "lib", "*")
 		args := []string{h.o.streamsHeap, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp, "cohortgate.bench.GateApp",
 			"--brokers=" + joinList(h.o.brokers), "--application-id=" + appID,
-			"--commands-topic=" + h.commands, "--signals-topic=" + h.signals, "--output-topic=" + out,
-			"--state-dir=" + filepath.Join(h.work, name, "state"),
+			"--commands-topic=" + h.in.commands, "--signals-topic=" + h.in.signals, "--output-topic=" + out,
+			"--state-dir=" + filepath.Join(h.work, instance, "state"),
 			"--threads=" + strconv.Itoa(h.o.streamsThr), "--commit-interval-ms=100", "--guarantee=exactly_once_v2"}
-		c, err := h.procs.start(name, h.logPath(name), nil, h.o.java, args...)
+		if grace > 0 {
+			args = append(args, "--grace-ms="+strconv.FormatInt(grace.Milliseconds(), 10))
+			if h.o.streamsHistory > 0 {
+				args = append(args, "--history-retention-ms="+strconv.FormatInt(h.o.streamsHistory.Milliseconds(), 10))
+			}
+		}
+		c, err := h.procs.start(instance, h.logPath(instance), nil, h.o.java, args...)
 		if err != nil {
 			return spawned{}, err
 		}

@@ -297,7 +297,10 @@ func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av align
 		l.out.republish(ctx, r, v.want, SourceSignals, v.alone)
 	case actGate:
 		c.publishDeciding(route, r.Offset, v.tsNs) // before asking the gate: see claim
-		l.m.holdSeconds.Observe(float64(l.passNs-h.fetchedNs) / 1e9)
+		// A fair sample of the hold: input offsets are independent of it.
+		if r.Offset%latencySample == 0 {
+			l.m.holdSeconds.Observe(float64(l.passNs-h.fetchedNs) / 1e9)
+		}
 		if !l.gate.Allows(v.user, uint64(v.tsNs)) {
 			l.series[route].droppedLeft.Inc()
 			return true

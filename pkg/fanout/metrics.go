@@ -139,7 +139,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Buckets: latencyBuckets,
 		}),
 		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: MetricHoldSeconds, Help: "Time a signal waited between fetch and decision (alignment with the commands topic, restore).",
+			Name: MetricHoldSeconds, Help: "Time a signal waited between fetch and decision (alignment with the commands topic, restore). Observed for one signal in 8 (by input offset).",
 			Buckets: latencyBuckets,
 		}),
 		restoreSeconds: prometheus.NewGauge(prometheus.GaugeOpts{

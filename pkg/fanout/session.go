@@ -24,7 +24,11 @@ type session interface {
 	client() *kgo.Client
 	poll(ctx context.Context, max int) kgo.Fetches
 	begin() error
-	produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	// counted wraps promise so that a failure counts against the cycle
+	// (end then does not commit); produce takes only such promises. Wrap a
+	// long-lived promise once: produce itself allocates nothing per record.
+	counted(promise func(*kgo.Record, error)) countedPromise
+	produce(ctx context.Context, r *kgo.Record, promise countedPromise)
 	// end flushes what the cycle produced and, unless a produce failed,
 	// commits the offsets planCommit makes of pos (by input topic and
 	// partition). The error says why the outcome is not Committed or
@@ -85,13 +89,18 @@ func planCommit(uncommitted, committed map[int32]kgo.EpochOffset, pos map[int32]
 // failures counts produce errors of the current cycle.
 type failures struct{ n atomic.Int64 }
 
-func (f *failures) wrap(promise func(*kgo.Record, error)) func(*kgo.Record, error) {
-	return func(r *kgo.Record, err error) {
+// countedPromise is a produce promise that counts its failure in a
+// session's failures; only failures.wrap makes one, so no record can be
+// produced with a promise that does not count.
+type countedPromise struct{ fn func(*kgo.Record, error) }
+
+func (f *failures) wrap(promise func(*kgo.Record, error)) countedPromise {
+	return countedPromise{func(r *kgo.Record, err error) {
 		if err != nil {
 			f.n.Add(1)
 		}
 		promise(r, err)
-	}
+	}}
 }
 
 // txnSession forwards in Kafka transactions through franz-go's
@@ -125,8 +134,12 @@ func (t *txnSession) poll(ctx context.Context, max int) kgo.Fetches {
 
 func (t *txnSession) begin() error { return t.s.Begin() }
 
-func (t *txnSession) produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
-	t.s.Produce(ctx, r, t.failed.wrap(promise))
+func (t *txnSession) counted(promise func(*kgo.Record, error)) countedPromise {
+	return t.failed.wrap(promise)
+}
+
+func (t *txnSession) produce(ctx context.Context, r *kgo.Record, promise countedPromise) {
+	t.s.Produce(ctx, r, promise.fn)
 }
 
 // end flushes before ending: GroupTransactSession.End(TryCommit) aborts on
@@ -233,8 +246,12 @@ func (p *plainSession) poll(ctx context.Context, max int) kgo.Fetches {
 
 func (p *plainSession) begin() error { return nil }
 
-func (p *plainSession) produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
-	p.cl.Produce(ctx, r, p.failed.wrap(promise))
+func (p *plainSession) counted(promise func(*kgo.Record, error)) countedPromise {
+	return p.failed.wrap(promise)
+}
+
+func (p *plainSession) produce(ctx context.Context, r *kgo.Record, promise countedPromise) {
+	p.cl.Produce(ctx, r, promise.fn)
 }
 
 func (p *plainSession) end(ctx context.Context, pos map[string]map[int32]position) (Outcome, error) {

@@ -1,11 +1,16 @@
 package fanout
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // TestPlanCommit pins what a cycle commits, for both kinds of session.
@@ -73,5 +78,58 @@ func TestApplyPlan(t *testing.T) {
 	applyPlan(empty, "signals", map[int32]planned{5: {at: kgo.EpochOffset{Offset: 55}, meta: "9", hasMeta: true}})
 	if len(empty.Topics) != 1 || empty.Topics[0].Topic != "signals" || len(empty.Topics[0].Partitions) != 1 {
 		t.Errorf("request without the topic: %+v", empty.Topics)
+	}
+}
+
+// recordingSession keeps what is produced and answers every promise at
+// once, successfully; its failures count as a real session's do.
+type recordingSession struct {
+	session  // the methods these tests do not call
+	failed   failures
+	produced []*kgo.Record
+}
+
+func (s *recordingSession) counted(p func(*kgo.Record, error)) countedPromise {
+	return s.failed.wrap(p)
+}
+
+func (s *recordingSession) produce(_ context.Context, r *kgo.Record, p countedPromise) {
+	s.produced = append(s.produced, r)
+	p.fn(r, nil)
+}
+
+// TestCountedPromiseCountsFailures: a failure reaches the promise and the
+// cycle's count, a success only the promise.
+func TestCountedPromiseCountsFailures(t *testing.T) {
+	var f failures
+	var seen []error
+	p := f.wrap(func(_ *kgo.Record, err error) { seen = append(seen, err) })
+	boom := errors.New("refused")
+	p.fn(nil, nil)
+	p.fn(nil, boom)
+	if n := f.n.Load(); n != 1 || len(seen) != 2 || seen[1] != boom {
+		t.Fatalf("failures %d, promise saw %v; want 1 and [<nil> %v]", n, seen, boom)
+	}
+}
+
+// TestForwardAllocatesOnlyItsRecord: forwarding a signal allocates its
+// output record and nothing per record besides (the promise is counted
+// once, when the emitter is made), as the passthrough does.
+func TestForwardAllocatesOnlyItsRecord(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry(), gauges{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := topics.Set{Commands: "c", Signals: "s", Cohort: "out", DLQ: "dlq", Changelog: "cl"}
+	s := &recordingSession{produced: make([]*kgo.Record, 0, 1000)}
+	e := newEmitter(s, set, limits{}, &refusals{}, m, m.routes([]string{"s"}), *(&EventListener{}).EnsureDefaults(), func(error) {})
+	in := &kgo.Record{Topic: "s", Key: []byte("42"), Value: []byte("v"), Offset: 1}
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(500, func() { e.forward(ctx, in, 0, false) })
+	if allocs != 1 {
+		t.Fatalf("forward allocates %v times per signal, want 1 (its output record)", allocs)
+	}
+	if out := s.produced[0]; out.Topic != "out" || string(out.Key) != "42" || string(out.Value) != "v" {
+		t.Fatalf("forwarded %+v", out)
 	}
 }

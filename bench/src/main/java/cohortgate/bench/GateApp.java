@@ -18,6 +18,9 @@ import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.processor.TimestampExtractor;
+import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.Stores;
 
 /**
  * The Kafka Streams counterpart of the cohortgate processor, for benchmarks:
@@ -31,6 +34,16 @@ import org.apache.kafka.streams.kstream.Produced;
  * records of a task in timestamp order across its input partitions, so with
  * pre-loaded topics a signal meets the commands stamped before it; unlike
  * cohortgate it has no grace and no durable leave boundary.
+ *
+ * <p>With --grace-ms above 0 it is the variant with the same kind of
+ * boundary as cohortgate (KIP-889/914/923): the table is a versioned KTable
+ * whose versions are stamped with each command's at_ns, and the join waits
+ * for the grace (Joined.withGracePeriod: the signals are buffered in a
+ * RocksDB store with a changelog until stream time passes their timestamp
+ * plus the grace) and then joins each signal against the table version as
+ * of the signal's timestamp. A signal stamped inside a leave episode is
+ * dropped, whatever order the two topics are read in, as long as the leave
+ * arrives within the grace.
  *
  * <p>Flags are written --name=value; see {@link #usage()}.
  */
@@ -51,7 +64,11 @@ public final class GateApp {
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, flags.getOrDefault("threads", "1"));
         props.put(StreamsConfig.STATE_DIR_CONFIG, flags.getOrDefault("state-dir", System.getProperty("java.io.tmpdir") + "/cohortgate-streams-bench"));
 
-        Topology topology = topology(commands, signals, output);
+        long graceMs = Long.parseLong(flags.getOrDefault("grace-ms", "0"));
+        long historyMs = Long.parseLong(flags.getOrDefault("history-retention-ms", String.valueOf(defaultHistoryMs(graceMs))));
+        Topology topology = graceMs > 0
+                ? versionedTopology(commands, signals, output, Duration.ofMillis(graceMs), Duration.ofMillis(historyMs))
+                : topology(commands, signals, output);
         System.err.println(topology.describe());
         KafkaStreams streams = new KafkaStreams(topology, props);
         CountDownLatch stopped = new CountDownLatch(1);
@@ -83,13 +100,54 @@ public final class GateApp {
                 .stream(commands, Consumed.with(Serdes.Bytes(), Serdes.String()))
                 .mapValues(Command::op)
                 .filter((user, op) -> op != null) // not a command: the processor dead-letters it
-                .toTable(Materialized.<Bytes, String, org.apache.kafka.streams.state.KeyValueStore<Bytes, byte[]>>as("membership")
+                .toTable(Materialized.<Bytes, String, KeyValueStore<Bytes, byte[]>>as("membership")
                         .withKeySerde(Serdes.Bytes())
                         .withValueSerde(Serdes.String()));
         builder.stream(signals, Consumed.with(Serdes.Bytes(), Serdes.ByteArray()))
                 .leftJoin(membership,
                         (signal, op) -> Command.LEAVE.equals(op) ? null : signal,
                         Joined.with(Serdes.Bytes(), Serdes.ByteArray(), Serdes.String()))
+                .filter((user, signal) -> signal != null)
+                .to(output, Produced.with(Serdes.Bytes(), Serdes.ByteArray()));
+        return builder.build();
+    }
+
+    /**
+     * The default history retention of the versioned table: the grace (Kafka
+     * Streams refuses less) plus a minute. A signal is joined once stream
+     * time is past its timestamp plus the grace, and the commands of its
+     * task may be read ahead of the signals by the skew between the two
+     * inputs; a version older than the table's stream time minus the
+     * retention can no longer be read (the lookup finds nothing, and the
+     * signal would be forwarded). The table holds one command per leave or
+     * rejoin, so a longer retention costs little.
+     */
+    static long defaultHistoryMs(long graceMs) {
+        return graceMs + 60_000L;
+    }
+
+    /**
+     * The topology with the same kind of boundary as cohortgate: a versioned
+     * membership table stamped with at_ns, and the signals joined to the
+     * version as of their timestamp after the grace.
+     */
+    static Topology versionedTopology(String commands, String signals, String output, Duration grace, Duration history) {
+        StreamsBuilder builder = new StreamsBuilder();
+        TimestampExtractor boundary = (record, partitionTime) -> {
+            long fallback = record.timestamp();
+            return record.value() instanceof byte[] v ? Command.atMs(v, fallback) : fallback;
+        };
+        KTable<Bytes, String> membership = builder
+                .stream(commands, Consumed.with(Serdes.Bytes(), Serdes.ByteArray()).withTimestampExtractor(boundary))
+                .mapValues(v -> Command.op(v == null ? null : new String(v, java.nio.charset.StandardCharsets.UTF_8)))
+                .filter((user, op) -> op != null) // not a command: the processor dead-letters it
+                .toTable(Materialized.<Bytes, String>as(Stores.persistentVersionedKeyValueStore("membership", history))
+                        .withKeySerde(Serdes.Bytes())
+                        .withValueSerde(Serdes.String()));
+        builder.stream(signals, Consumed.with(Serdes.Bytes(), Serdes.ByteArray()))
+                .leftJoin(membership,
+                        (signal, op) -> Command.LEAVE.equals(op) ? null : signal,
+                        Joined.with(Serdes.Bytes(), Serdes.ByteArray(), Serdes.String()).withGracePeriod(grace))
                 .filter((user, signal) -> signal != null)
                 .to(output, Produced.with(Serdes.Bytes(), Serdes.ByteArray()));
         return builder.build();
@@ -111,6 +169,8 @@ public final class GateApp {
     static String usage() {
         return "usage: GateApp --brokers=host:port --application-id=ID --commands-topic=T --signals-topic=T\n"
                 + "               --output-topic=T [--state-dir=DIR] [--threads=1] [--commit-interval-ms=100]\n"
-                + "               [--guarantee=exactly_once_v2|at_least_once]";
+                + "               [--guarantee=exactly_once_v2|at_least_once]\n"
+                + "               [--grace-ms=0 (0: plain KTable; above 0: versioned KTable, join with that grace)]\n"
+                + "               [--history-retention-ms=grace+60000]";
     }
 }
