@@ -160,7 +160,7 @@ CLUSTER_CHAOS    = trap '$(KAFKA) stop-cluster' EXIT INT TERM; $(KAFKA) start-cl
 
 test-cluster: build
 	$(GO) build -o bin/chaos ./cmd/chaos
-	$(CLUSTER_CHAOS) --signals 60000 --users 6000 --rounds 6 --hostile-scenes 16 --timeout 10m $(CLUSTER_FLAGS)
+	$(CLUSTER_CHAOS) --signals 30000 --users 3000 --rounds 4 --hostile-scenes 16 --timeout 15m $(CLUSTER_FLAGS)
 
 test-cluster-short: build
 	$(GO) build -o bin/chaos ./cmd/chaos

@@ -71,6 +71,9 @@ JVM_OPTS=(-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20
   -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent
   -XX:MaxInlineLevel=15 -Djava.awt.headless=true)
 
+# More JVM flags of the current mode (the cluster's nodes).
+EXTRA_JVM_OPTS=()
+
 log() { printf 'kafka.sh%s: %s\n' "${LOG_TAG:-}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
@@ -448,7 +451,7 @@ launch_broker() {
 
   local -a java_cmd
   # shellcheck disable=SC2206 # KAFKA_HEAP is a list of flags on purpose
-  java_cmd=("$JAVA" $HEAP "${JVM_OPTS[@]}" "${CDS_FLAGS[@]}"
+  java_cmd=("$JAVA" $HEAP "${JVM_OPTS[@]}" "${EXTRA_JVM_OPTS[@]}" "${CDS_FLAGS[@]}"
     "-Xlog:gc*:file=$LOG_DIR/gc.log:time,tags:filecount=3,filesize=10M"
     "-Dlog4j2.configurationFile=$LOG4J_FILE" "-Dkafka.logs.dir=$LOG_DIR"
     -cp "$(classpath)" kafka.Kafka "$CONF_FILE")
@@ -771,6 +774,11 @@ use_cluster_node() {
   CONTROLLER_PORT=$((CLUSTER_CONTROLLER_PORT + n - 1))
   BOOTSTRAP="$HOST:$PORT"
   HEAP="${KAFKA_CLUSTER_HEAP:--Xms128m -Xmx384m}"
+  # The C1 compiler alone: a node restarted under load (the chaos
+  # scenarios) is ready sooner, and three JVMs compiling at once leave the
+  # machine's few cores to the processors; a test cluster's throughput
+  # does not need C2.
+  EXTRA_JVM_OPTS=(-XX:TieredStopAtLevel=1)
   START_TIMEOUT="${KAFKA_START_TIMEOUT:-180}"
 }
 
