@@ -53,8 +53,10 @@ var brokerScenarios = []scenario{
 
 const (
 	// brokerBounceSpan is about how long a node takes to be killed,
-	// started again and back in sync, over which the load is spread.
-	brokerBounceSpan = 15 * time.Second
+	// started again and back in sync, over which the load is spread, so
+	// that the faults land while signals are forwarded: 10-15s on an
+	// idle machine, 30-40s on a busy one.
+	brokerBounceSpan = 30 * time.Second
 	// brokerDownFor is how long a killed node stays down: long enough
 	// for the controller to fence it and move its leaderships (the
 	// cluster's broker.session.timeout.ms is 6s, but a kill closes its
