@@ -21,42 +21,45 @@ import (
 var brokerScenarios = []scenario{
 	{
 		name: "broker-leaders", instances: 2, brokerFault: true,
-		span: func(o *options) time.Duration { return time.Duration(o.rounds) * brokerBounceSpan },
+		span: func(o *options) time.Duration { return time.Duration(o.rounds) * o.bounceSpan },
 		act:  (*scenarioRun).killLeaders,
 	},
 	{
 		name: "broker-coordinator", instances: 2, brokerFault: true,
-		span: fixedSpan(3 * brokerBounceSpan),
+		span: bounces(3),
 		act:  (*scenarioRun).killCoordinator,
 	},
 	{
 		name: "broker-controller", instances: 2, brokerFault: true,
-		span: fixedSpan(3 * brokerBounceSpan),
+		span: bounces(3),
 		act:  (*scenarioRun).killController,
 	},
 	{
 		name: "broker-pause", instances: 2, brokerFault: true,
-		span: func(o *options) time.Duration { return 2*pausePast(o) + brokerBounceSpan },
+		span: func(o *options) time.Duration { return 2*pausePast(o) + o.bounceSpan },
 		act:  (*scenarioRun).pauseBroker,
 	},
 	{
 		name: "broker-rolling", instances: 2, brokerFault: true,
-		span: fixedSpan(4 * brokerBounceSpan),
+		span: bounces(4),
 		act:  (*scenarioRun).rollingRestart,
 	},
 	{
 		name: "broker-two-down", instances: 2, brokerFault: true,
-		span: fixedSpan(twoDownFor + 3*brokerBounceSpan),
+		span: func(o *options) time.Duration { return twoDownFor + 3*o.bounceSpan },
 		act:  (*scenarioRun).twoDown,
 	},
 }
 
+// bounces is a broker scenario's span: n times --bounce-span, about how
+// long a node takes to be killed, started again and back in sync, so that
+// the load is spread over the faults and they land while signals are
+// forwarded.
+func bounces(n int) func(*options) time.Duration {
+	return func(o *options) time.Duration { return time.Duration(n) * o.bounceSpan }
+}
+
 const (
-	// brokerBounceSpan is about how long a node takes to be killed,
-	// started again and back in sync, over which the load is spread, so
-	// that the faults land while signals are forwarded: 10-15s on an
-	// idle machine, 30-40s on a busy one.
-	brokerBounceSpan = 30 * time.Second
 	// brokerDownFor is how long a killed node stays down: long enough
 	// for the controller to fence it and move its leaderships (the
 	// cluster's broker.session.timeout.ms is 6s, but a kill closes its

@@ -123,6 +123,7 @@ func TestParseHostile(t *testing.T) {
 		{[]string{"--hostile-shares", "nosuch=1"}, "--hostile-shares"},
 		{[]string{"--grace", "3s", "--hostile-hold", "4s"}, "hostile mix"},
 		{[]string{"--scenarios", "broker-leaders"}, "needs --cluster"},
+		{[]string{"--bounce-span", "0s"}, "--bounce-span"},
 		{[]string{"--cluster", bin}, "needs --brokers"},
 		{[]string{"--cluster", bin + ".missing", "--brokers", "b:1"}, "--cluster"},
 	} {

@@ -78,7 +78,8 @@ func main() {
 // options are the harness's flags.
 type options struct {
 	processor      string
-	cluster        string // kafka.sh of the cluster at brokers; empty: no broker faults
+	cluster        string        // kafka.sh of the cluster at brokers; empty: no broker faults
+	bounceSpan     time.Duration // how long one broker fault takes, to spread the load over
 	brokers        []string
 	scenarios      []string
 	signals        int
@@ -112,6 +113,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.processor, "processor", "bin/processor", "the processor binary to run (`make build` makes it)")
 	fs.StringVar(&brokers, "brokers", "", "comma-separated seed brokers; empty: an in-process kfake broker on a free port")
 	fs.StringVar(&o.cluster, "cluster", "", "path of integration/kafka/kafka.sh whose three-node cluster (start-cluster) --brokers name: runs the broker-fault scenarios, with replication factor 3")
+	fs.DurationVar(&o.bounceSpan, "bounce-span", 30*time.Second, "with --cluster: about how long a broker takes to be killed, restarted and back in sync (10-15s idle, 30-40s on a busy machine); the load is spread over the faults by it")
 	fs.StringVar(&scenarioList, "scenarios", "", "comma-separated scenarios to run, in order; empty: "+strings.Join(scenarioNames(scenarios), ",")+
 		"; with --cluster: "+strings.Join(scenarioNames(brokerScenarios), ","))
 	fs.IntVar(&o.signals, "signals", 60_000, "signals per scenario")
@@ -174,6 +176,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		case sc.brokerFault && o.cluster == "":
 			bad("--scenarios: %s kills brokers: it needs --cluster and the cluster's --brokers", s)
 		}
+	}
+	if o.bounceSpan < time.Second {
+		bad("--bounce-span: %v must be at least 1s", o.bounceSpan)
 	}
 	if o.cluster != "" {
 		if _, err := os.Stat(o.cluster); err != nil {

@@ -36,7 +36,7 @@ type scenario struct {
 	// --cluster (see faults.go).
 	brokerFault bool
 	instances   int      // started before the load
-	flags         []string // added to every processor's flags
+	flags       []string // added to every processor's flags
 	// mix, when set, is the scenario's own hostile mix, whatever
 	// --hostile says: the one its control needs to show its damage.
 	mix func(h workload.Hostile) workload.Hostile
