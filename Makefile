@@ -164,7 +164,7 @@ test-cluster: build
 
 test-cluster-short: build
 	$(GO) build -o bin/chaos ./cmd/chaos
-	$(CLUSTER_CHAOS) --signals 10000 --users 1000 --rounds 2 --hostile-scenes 8 --bounce-span 10s --timeout 5m $(CLUSTER_FLAGS)
+	$(CLUSTER_CHAOS) --signals 10000 --users 1000 --rounds 2 --hostile-scenes 8 --bounce-span 10s --timeout 8m $(CLUSTER_FLAGS)
 
 start-cluster:
 	$(KAFKA) start-cluster
