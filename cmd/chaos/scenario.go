@@ -559,7 +559,8 @@ func (r *scenarioRun) settleOrRecover(ctx context.Context, when string) error {
 }
 
 // waitDecided waits until the group's committed offsets reach the end of
-// every signals partition: every signal has been decided, and what it
+// every signals partition, or a tail of it that holds only transaction
+// markers (see onlyMarkers): every signal has been decided, and what it
 // became is committed. It restarts, with a finding, any processor that
 // died on its own meanwhile.
 func (r *scenarioRun) waitDecided(ctx context.Context) error {
@@ -569,6 +570,7 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 		d = time.Until(deadline)
 	}
 	lastLog := time.Now()
+	var lastMarkerCheck time.Time
 	return eventually(ctx, d, func() error {
 		for _, in := range r.insts {
 			if in.diedOnItsOwn() {
@@ -588,15 +590,30 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 		}
 		var lag int64
 		var lagging []string
+		checkMarkers := time.Since(lastMarkerCheck) >= 5*time.Second
+		if checkMarkers {
+			lastMarkerCheck = time.Now()
+		}
+		var markerErr error
 		ends.Each(func(o kadm.ListedOffset) {
 			c, ok := committed.Lookup(o.Topic, o.Partition)
 			if o.Offset > 0 && (!ok || c.At < o.Offset) {
+				if ok && c.At >= 0 && checkMarkers {
+					only, err := onlyMarkers(ctx, r.h.brokers, o.Topic, o.Partition, c.At, o.Offset)
+					if only {
+						return // a tail of transaction markers: decided
+					}
+					markerErr = errors.Join(markerErr, err)
+				}
 				lag += o.Offset - max(c.At, 0)
 				lagging = append(lagging, fmt.Sprintf("%d: %d of %d", o.Partition, c.At, o.Offset))
 			}
 		})
 		if lag == 0 {
 			return nil
+		}
+		if markerErr != nil {
+			r.logf("reading the tails of the signals partitions: %v", markerErr)
 		}
 		if time.Since(lastLog) >= 15*time.Second {
 			lastLog = time.Now()
