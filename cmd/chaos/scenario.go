@@ -322,7 +322,8 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	}
 	r.logf("every signal decided %v after the load ended; stopping the processors", time.Since(decideStart).Round(time.Millisecond))
 	if st := r.meter.read(); st.arrivals > 0 {
-		r.logf("longest stall: %v, ending at %s (%d records seen)", st.longest.Round(time.Millisecond), st.endsAt.Format("15:04:05.000"), st.arrivals)
+		r.logf("longest stall: %v, ending at %s (%d records seen, the first %v after the load began)",
+			st.longest.Round(time.Millisecond), st.endsAt.Format("15:04:05.000"), st.arrivals, st.first.Round(time.Millisecond))
 	}
 	for _, in := range r.insts {
 		if in.running() {

@@ -14,9 +14,12 @@ import (
 // sees: a signal forwarded in a transaction that is not yet committed (or
 // is then aborted) is no progress. So a reader of the scenario's cohort
 // topic (watchOutput) notes the wall time at which each fetch brought
-// records; the stretches are measured between the start of the load and
-// the last arrival, so the time after the last forwarded signal, when the
-// rest of the load is being dropped or nothing is left, is no stall.
+// records; the stretches are measured between the first arrival and the
+// last, so neither the cold start (the first transactions of new
+// transactional IDs on new topics, before any fault; reported apart as
+// first) nor the time after the last forwarded signal, when the rest of
+// the load is being dropped or nothing is left, is a stall. The faults
+// come once part of the load is produced, after the first arrival.
 //
 // The reader shares the cluster with the processors, so a fault that
 // slows it (a leader of the output topic killed) counts too: the stall is
@@ -29,8 +32,10 @@ import (
 type stallMeter struct {
 	mu       sync.Mutex
 	started  bool
-	last     time.Time     // the start, then the latest arrival
-	longest  time.Duration // the longest stretch so far
+	begin    time.Time     // the start
+	last     time.Time     // the latest arrival
+	first    time.Duration // from the start to the first arrival
+	longest  time.Duration // the longest stretch between arrivals so far
 	endsAt   time.Time     // when the longest stretch ended
 	arrivals int64         // records seen
 }
@@ -40,7 +45,7 @@ type stallMeter struct {
 func (m *stallMeter) start(at time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.started, m.last = true, at
+	m.started, m.begin = true, at
 }
 
 // arrived records n records that became visible at t.
@@ -49,6 +54,9 @@ func (m *stallMeter) arrived(t time.Time, n int) {
 	defer m.mu.Unlock()
 	if !m.started || n <= 0 {
 		return
+	}
+	if m.arrivals == 0 {
+		m.first, m.last = t.Sub(m.begin), t
 	}
 	if gap := t.Sub(m.last); gap > m.longest {
 		m.longest, m.endsAt = gap, t
@@ -61,15 +69,16 @@ func (m *stallMeter) arrived(t time.Time, n int) {
 
 // stall is one reading of a stallMeter.
 type stall struct {
-	longest  time.Duration // longest stretch without an arrival
+	longest  time.Duration // longest stretch between arrivals
 	endsAt   time.Time     // when that stretch ended (zero without one)
+	first    time.Duration // from the start to the first arrival
 	arrivals int64         // records seen since the start
 }
 
 func (m *stallMeter) read() stall {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return stall{m.longest, m.endsAt, m.arrivals}
+	return stall{m.longest, m.endsAt, m.first, m.arrivals}
 }
 
 // count is how many records have arrived so far.

@@ -9,9 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// TestStallMeter: the longest stall is the longest stretch from the start
-// or an arrival to the next arrival; empty fetches and arrivals before the
-// start do not count.
+// TestStallMeter: the longest stall is the longest stretch from an
+// arrival to the next; the wait for the first is told apart, and empty
+// fetches and arrivals before the start do not count.
 func TestStallMeter(t *testing.T) {
 	t0 := time.Unix(1_000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -23,13 +23,14 @@ func TestStallMeter(t *testing.T) {
 		arrivals []arrival
 		longest  time.Duration
 		endsAt   time.Time
+		first    time.Duration
 		count    int64
 	}{
-		{"nothing arrived", nil, 0, time.Time{}, 0},
-		{"the wait for the first", []arrival{{900, 1}, {1000, 5}, {1100, 2}}, 900 * time.Millisecond, at(900), 8},
-		{"a gap in the middle", []arrival{{100, 1}, {200, 1}, {3200, 4}, {3300, 1}}, 3 * time.Second, at(3200), 7},
-		{"empty fetches are no progress", []arrival{{100, 1}, {1000, 0}, {2100, 1}}, 2 * time.Second, at(2100), 2},
-		{"an arrival timed before the last one", []arrival{{500, 1}, {400, 1}, {1500, 1}}, time.Second, at(1500), 3},
+		{"nothing arrived", nil, 0, time.Time{}, 0, 0},
+		{"the wait for the first is apart", []arrival{{900, 1}, {1000, 5}, {1250, 2}}, 250 * time.Millisecond, at(1250), 900 * time.Millisecond, 8},
+		{"a gap in the middle", []arrival{{100, 1}, {200, 1}, {3200, 4}, {3300, 1}}, 3 * time.Second, at(3200), 100 * time.Millisecond, 7},
+		{"empty fetches are no progress", []arrival{{100, 1}, {1000, 0}, {2100, 1}}, 2 * time.Second, at(2100), 100 * time.Millisecond, 2},
+		{"an arrival timed before the last one", []arrival{{500, 1}, {400, 1}, {1500, 1}}, time.Second, at(1500), 500 * time.Millisecond, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m stallMeter
@@ -39,8 +40,8 @@ func TestStallMeter(t *testing.T) {
 				m.arrived(at(a.ms), a.n)
 			}
 			got := m.read()
-			if got.longest != tc.longest || !got.endsAt.Equal(tc.endsAt) || got.arrivals != tc.count || m.count() != tc.count {
-				t.Fatalf("read = %+v; want longest %v ending at %v, %d arrivals", got, tc.longest, tc.endsAt, tc.count)
+			if got.longest != tc.longest || !got.endsAt.Equal(tc.endsAt) || got.first != tc.first || got.arrivals != tc.count || m.count() != tc.count {
+				t.Fatalf("read = %+v; want longest %v ending at %v, first after %v, %d arrivals", got, tc.longest, tc.endsAt, tc.first, tc.count)
 			}
 		})
 	}
