@@ -144,3 +144,32 @@ test-secure:
 	eval "$$(bash integration/kafka/kafka.sh secure-env)" && \
 	COHORTGATE_REQUIRE_SECURE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestSecure' -v ./integration
 .PHONY: test-secure
+
+# The broker-fault scenarios of cmd/chaos (issue 14) on kafka.sh's
+# three-node cluster (127.0.0.1:29092-29094; KRaft, a controller quorum of
+# three, replication factor 3, min.insync.replicas 2): leaders, the
+# transaction coordinator and the controller killed, a broker paused, a
+# rolling restart, two brokers down. Each target starts the cluster, runs
+# the scenarios and stops the cluster whatever happened (Ctrl-C too).
+# test-cluster-short is CI's few-minute form. Extra flags in CLUSTER_FLAGS
+# (e.g. --scenarios broker-leaders,broker-two-down or --keep).
+CLUSTER_BROKERS := 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094
+CLUSTER_FLAGS   ?=
+CLUSTER_CHAOS    = trap '$(KAFKA) stop-cluster' EXIT INT TERM; $(KAFKA) start-cluster && \
+	./bin/chaos --processor $(BIN) --brokers $(CLUSTER_BROKERS) --cluster integration/kafka/kafka.sh
+
+.PHONY: test-cluster test-cluster-short start-cluster stop-cluster
+
+test-cluster: build
+	$(GO) build -o bin/chaos ./cmd/chaos
+	$(CLUSTER_CHAOS) --signals 30000 --users 3000 --rounds 4 --hostile-scenes 16 --timeout 15m $(CLUSTER_FLAGS)
+
+test-cluster-short: build
+	$(GO) build -o bin/chaos ./cmd/chaos
+	$(CLUSTER_CHAOS) --signals 10000 --users 1000 --rounds 2 --hostile-scenes 8 --bounce-span 10s --timeout 8m $(CLUSTER_FLAGS)
+
+start-cluster:
+	$(KAFKA) start-cluster
+
+stop-cluster:
+	$(KAFKA) stop-cluster

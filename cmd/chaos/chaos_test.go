@@ -78,11 +78,11 @@ func TestKillScenarioEndToEnd(t *testing.T) {
 	var row, row2 []string
 	lines := strings.Split(table, "\n")
 	for i, line := range lines {
-		if f := strings.Fields(line); len(f) == 11 && f[0] == "kill" && i+1 < len(lines) {
+		if f := strings.Fields(line); len(f) == 12 && f[0] == "kill" && i+1 < len(lines) {
 			row, row2 = f, strings.Fields(lines[i+1])
 		}
 	}
-	// scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds
+	// scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds stall
 	if row == nil || row[1] != "3000" || row[2] != row[3] || row[3] == "0" || row[4] != "0" || row[5] != "0" || row[6] != "0" || row[8] != "0" {
 		t.Fatalf("kill row %q", row)
 	}

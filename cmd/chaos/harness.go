@@ -32,6 +32,7 @@ type harness struct {
 	rmRoot  bool
 	cl      *kgo.Client
 	adm     *kadm.Client
+	cluster *cluster // with --cluster; nil otherwise
 
 	mu struct {
 		sync.Mutex
@@ -61,6 +62,9 @@ func newHarness(ctx context.Context, o *options, out, log io.Writer) (*harness, 
 		return nil, err
 	}
 	h.cl, h.adm = cl, kadm.NewClient(cl)
+	if o.cluster != "" {
+		h.cluster = &cluster{script: o.cluster, cl: h.cl, adm: h.adm, logf: h.logf, timeout: 4 * time.Minute}
+	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := h.adm.BrokerMetadata(pctx); err != nil {
@@ -136,6 +140,7 @@ type result struct {
 	sc       scenario
 	rep      oracle.Report
 	seconds  float64
+	stall    stall          // the longest stretch without forward progress
 	err      error          // the scenario could not run to its end
 	findings []string       // processor misbehaviour seen on the way
 	warnings map[string]int // the processors' warning and error lines, by message
@@ -196,12 +201,12 @@ func damageWords(rep oracle.Report) string {
 // empty; its counts are the oracle's other verdicts (see the package
 // documentation).
 const (
-	rowFormat  = "%-26s %10v %10v %10v %10v %8v %8v %8v %8v %6v %8v\n"
+	rowFormat  = "%-26s %10v %10v %10v %10v %8v %8v %8v %8v %6v %8v %6v\n"
 	row2Format = "%-26s %10v %10v %10v %10v %8v %8v %8v %8v\n"
 )
 
 func (h *harness) header() {
-	fmt.Fprintf(h.out, rowFormat, "scenario", "signals_in", "forwarded", "expected", "duplicates", "lost", "leaked", "late", "hanging", "dlq", "seconds")
+	fmt.Fprintf(h.out, rowFormat, "scenario", "signals_in", "forwarded", "expected", "duplicates", "lost", "leaked", "late", "hanging", "dlq", "seconds", "stall")
 	fmt.Fprintf(h.out, row2Format, "", "poison", "unrouted", "unknown", "changelog", "win_miss", "win_spur", "win_cons", "contra")
 }
 
@@ -209,7 +214,8 @@ func (h *harness) header() {
 func (h *harness) tableRow(r result) {
 	rep := r.rep
 	fmt.Fprintf(h.out, rowFormat, r.sc.name, rep.SignalsIn, rep.Forwarded, rep.Expected, rep.Duplicates,
-		rep.Lost, rep.Leaked, rep.Late, rep.Hanging, rep.DLQ, fmt.Sprintf("%.1f", r.seconds))
+		rep.Lost, rep.Leaked, rep.Late, rep.Hanging, rep.DLQ, fmt.Sprintf("%.1f", r.seconds),
+		fmt.Sprintf("%.1f", r.stall.longest.Seconds()))
 	fmt.Fprintf(h.out, row2Format, "", rep.PoisonNotDLQd, rep.MisroutedNotRepublished, rep.Unknown, rep.ChangelogMismatches,
 		rep.MissingWindows, rep.SpuriousWindows, rep.ConservativeWindows, rep.Contradictions)
 }
@@ -281,6 +287,15 @@ func (h *harness) brokerKind() string {
 		return "in-process kfake"
 	}
 	return strings.Join(h.brokers, ",")
+}
+
+// replication is the replication factor of the scenarios' topics: 3 on
+// the cluster, 1 on a single broker.
+func (h *harness) replication() int16 {
+	if h.cluster != nil {
+		return 3
+	}
+	return 1
 }
 
 func randomID() string {

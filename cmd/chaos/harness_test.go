@@ -65,7 +65,7 @@ func TestVerdict(t *testing.T) {
 // with their unsafe flag and a mix that provokes the damage.
 func TestScenarios(t *testing.T) {
 	o := &options{hostile: workload.Hostile{Scenes: 16, Grace: 200 * time.Millisecond}}
-	for _, sc := range scenarios {
+	for _, sc := range allScenarios() {
 		if sc.control != "" && !sc.informational && sc.shows == nil {
 			t.Errorf("%s: a control without the damage it shows", sc.name)
 		}
@@ -103,6 +103,14 @@ func TestParseHostile(t *testing.T) {
 	if o.hostile.Scenes != 16 || len(o.hostile.Shares) != len(workload.Kinds()) || o.hostile.Grace != o.grace || o.hostile.MaxFutureSkew != 5*time.Second {
 		t.Fatalf("default hostile mix %+v", o.hostile)
 	}
+	if !slices.Equal(o.scenarios, scenarioNames(scenarios)) {
+		t.Fatalf("default scenarios %v", o.scenarios)
+	}
+	// --cluster picks the broker-fault scenarios.
+	o, err = parse([]string{"--processor", bin, "--cluster", bin, "--brokers", "b:1"}, io.Discard)
+	if err != nil || !slices.Equal(o.scenarios, scenarioNames(brokerScenarios)) || len(o.scenarios) != 6 {
+		t.Fatalf("--cluster: scenarios %v, %v", o.scenarios, err)
+	}
 	o, err = parse([]string{"--processor", bin, "--hostile=false"}, io.Discard)
 	if err != nil || o.hostile.Scenes != 0 {
 		t.Fatalf("--hostile=false: %+v, %v", o.hostile, err)
@@ -114,6 +122,10 @@ func TestParseHostile(t *testing.T) {
 		{[]string{"--hostile-scenes", "0"}, "--hostile-scenes"},
 		{[]string{"--hostile-shares", "nosuch=1"}, "--hostile-shares"},
 		{[]string{"--grace", "3s", "--hostile-hold", "4s"}, "hostile mix"},
+		{[]string{"--scenarios", "broker-leaders"}, "needs --cluster"},
+		{[]string{"--bounce-span", "0s"}, "--bounce-span"},
+		{[]string{"--cluster", bin}, "needs --brokers"},
+		{[]string{"--cluster", bin + ".missing", "--brokers", "b:1"}, "--cluster"},
 	} {
 		if _, err := parse(append([]string{"--processor", bin}, tc.args...), io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parse(%q) = %v, want an error naming %s", tc.args, err, tc.want)
@@ -126,7 +138,7 @@ func TestTableRow(t *testing.T) {
 	var out strings.Builder
 	h := &harness{out: &out}
 	h.header()
-	h.tableRow(result{sc: scenario{name: "kill"}, seconds: 1.25, rep: oracle.Report{
+	h.tableRow(result{sc: scenario{name: "kill"}, seconds: 1.25, stall: stall{longest: 2250 * time.Millisecond}, rep: oracle.Report{
 		SignalsIn: 1, Forwarded: 2, Expected: 3, Duplicates: 4, Lost: 5, Leaked: 6, Late: 7, Hanging: 8, DLQ: 9,
 		PoisonNotDLQd: 10, MisroutedNotRepublished: 11, Unknown: 12, ChangelogMismatches: 13,
 		MissingWindows: 14, SpuriousWindows: 15, ConservativeWindows: 16, Contradictions: 17,
@@ -136,9 +148,9 @@ func TestTableRow(t *testing.T) {
 		t.Fatalf("%d lines:\n%s", len(lines), out.String())
 	}
 	want := []string{
-		"scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds",
+		"scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds stall",
 		"poison unrouted unknown changelog win_miss win_spur win_cons contra",
-		"kill 1 2 3 4 5 6 7 8 9 1.2",
+		"kill 1 2 3 4 5 6 7 8 9 1.2 2.2",
 		"10 11 12 13 14 15 16 17",
 	}
 	for i, w := range want {
@@ -147,7 +159,7 @@ func TestTableRow(t *testing.T) {
 		}
 	}
 	// The columns line up with their headers.
-	if strings.Index(lines[0], "seconds")+len("seconds") != len(lines[2]) || len(lines[1]) != len(lines[3]) {
+	if strings.Index(lines[0], "stall")+len("stall") != len(lines[2]) || len(lines[1]) != len(lines[3]) {
 		t.Errorf("columns do not line up:\n%s", out.String())
 	}
 }

@@ -14,18 +14,27 @@
 //	chaos --processor bin/processor --brokers 127.0.0.1:9092 \
 //	      --signals 60000 --users 6000 --rounds 10 --scenarios kill,scale
 //
+// With --cluster integration/kafka/kafka.sh and --brokers pointing at that
+// script's three-node cluster (kafka.sh start-cluster), it runs the
+// broker-fault scenarios instead (see faults.go): the processors keep
+// running while the harness kills -9 partition leaders, the transaction
+// coordinator and the active controller, pauses a broker, restarts all
+// three one by one, and takes two down at once.
+//
 // With no --brokers it serves an in-process kfake broker on a free port.
 // Each scenario gets fresh topics (named chaos-<run>-<scenario>.*), its own
 // group, data dirs and logs, and prints two lines:
 //
-//	scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds
+//	scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds stall
 //	         poison unrouted unknown changelog win_miss win_spur win_cons contra
 //
 // (poison: input records the rules dead-letter that the DLQ lacks;
 // unrouted: misrouted records never re-published; changelog: users whose
 // latest changelog record is wrong; win_*: late-leave windows missing from
 // a later record, exact ones holding no forwarded signal, and conservative
-// ones; contra: signals the load marked gated outside every episode.)
+// ones; contra: signals the load marked gated outside every episode;
+// stall: the longest stretch, in seconds, in which no forwarded signal
+// became visible to a read_committed reader of the output, see stallMeter.)
 // Late signals and conservative windows are allowed (promise 2); every
 // other column is damage. The run ends with a summary and exits 1 if any
 // scenario shows damage, any scenario failed to run, or any control run
@@ -56,6 +65,8 @@ func main() { cmdline.Main("chaos", 2, run) }
 // options are the harness's flags.
 type options struct {
 	processor      string
+	cluster        string        // kafka.sh of the cluster at brokers; empty: no broker faults
+	bounceSpan     time.Duration // how long one broker fault takes, to spread the load over
 	brokers        []string
 	scenarios      []string
 	signals        int
@@ -85,11 +96,14 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var brokers, scenarios, shares string
+	var brokers, scenarioList, shares string
 	var hostile bool
 	fs.StringVar(&o.processor, "processor", "bin/processor", "the processor binary to run (`make build` makes it)")
 	fs.StringVar(&brokers, "brokers", "", "comma-separated seed brokers; empty: an in-process kfake broker on a free port")
-	fs.StringVar(&scenarios, "scenarios", strings.Join(scenarioNames(), ","), "comma-separated scenarios to run, in order")
+	fs.StringVar(&o.cluster, "cluster", "", "path of integration/kafka/kafka.sh whose three-node cluster (start-cluster) --brokers name: runs the broker-fault scenarios, with replication factor 3")
+	fs.DurationVar(&o.bounceSpan, "bounce-span", 30*time.Second, "with --cluster: about how long a broker takes to be killed, restarted and back in sync (10-15s idle, 30-40s on a busy machine); the load is spread over the faults by it")
+	fs.StringVar(&scenarioList, "scenarios", "", "comma-separated scenarios to run, in order; empty: "+strings.Join(scenarioNames(scenarios), ",")+
+		"; with --cluster: "+strings.Join(scenarioNames(brokerScenarios), ","))
 	fs.IntVar(&o.signals, "signals", 60_000, "signals per scenario")
 	fs.IntVar(&o.users, "users", 6_000, "users per scenario")
 	fs.IntVar(&o.valueSize, "value-size", 100, "bytes per signal value")
@@ -121,7 +135,13 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected argument %q; flags are written --name=value", fs.Arg(0))
 	}
 	o.brokers = cmdline.List(brokers)
-	o.scenarios = cmdline.List(scenarios)
+	o.scenarios = cmdline.List(scenarioList)
+	if len(o.scenarios) == 0 {
+		o.scenarios = scenarioNames(scenarios)
+		if o.cluster != "" {
+			o.scenarios = scenarioNames(brokerScenarios)
+		}
+	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	o.hostile.Grace, o.hostile.MaxFutureSkew = o.grace, o.maxFutureSkew
@@ -138,12 +158,24 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		bad("hostile mix: %v", err)
 	}
 	for _, s := range o.scenarios {
-		if _, ok := findScenario(s); !ok {
-			bad("--scenarios: unknown scenario %q; want some of %s", s, strings.Join(scenarioNames(), ","))
+		sc, ok := findScenario(s)
+		switch {
+		case !ok:
+			bad("--scenarios: unknown scenario %q; want some of %s", s, strings.Join(scenarioNames(allScenarios()), ","))
+		case sc.brokerFault && o.cluster == "":
+			bad("--scenarios: %s kills brokers: it needs --cluster and the cluster's --brokers", s)
 		}
 	}
-	if len(o.scenarios) == 0 {
-		bad("--scenarios: none given")
+	if o.bounceSpan < time.Second {
+		bad("--bounce-span: %v must be at least 1s", o.bounceSpan)
+	}
+	if o.cluster != "" {
+		if _, err := os.Stat(o.cluster); err != nil {
+			bad("--cluster: %v", err)
+		}
+		if len(o.brokers) == 0 {
+			bad("--cluster: needs --brokers, the cluster's brokers")
+		}
 	}
 	if o.signals < 1 || o.users < 1 {
 		bad("--signals and --users: must be at least 1")
@@ -212,18 +244,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func scenarioNames() []string {
+func scenarioNames(list []scenario) []string {
 	var out []string
-	for _, s := range scenarios {
+	for _, s := range list {
 		out = append(out, s.name)
 	}
 	return out
 }
 
 func findScenario(name string) (scenario, bool) {
-	i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
+	all := allScenarios()
+	i := slices.IndexFunc(all, func(s scenario) bool { return s.name == name })
 	if i < 0 {
 		return scenario{}, false
 	}
-	return scenarios[i], true
+	return all[i], true
 }

@@ -32,8 +32,11 @@ type scenario struct {
 	// informational: a control that may show no damage (the text says
 	// why); it never fails the run.
 	informational bool
-	instances     int      // started before the load
-	flags         []string // added to every processor's flags
+	// brokerFault: the scenario kills brokers, and runs only with
+	// --cluster (see faults.go).
+	brokerFault bool
+	instances   int      // started before the load
+	flags       []string // added to every processor's flags
 	// mix, when set, is the scenario's own hostile mix, whatever
 	// --hostile says: the one its control needs to show its damage.
 	mix func(h workload.Hostile) workload.Hostile
@@ -149,6 +152,7 @@ type scenarioRun struct {
 	produced atomic.Int64     // friendly signals handed to Kafka so far
 	produceC chan produceDone // the producer's result
 	produceD chan struct{}    // closed when the producer is done
+	meter    stallMeter       // forward progress, as the output's reader sees it
 
 	mu struct {
 		sync.Mutex
@@ -189,6 +193,7 @@ func (h *harness) run(parent context.Context, sc scenario) result {
 	}
 	res := result{sc: sc}
 	res.rep, res.err = r.execute(ctx)
+	res.stall = r.meter.read()
 	if res.err != nil && context.Cause(ctx) != nil {
 		res.err = fmt.Errorf("%w (%v)", res.err, context.Cause(ctx))
 	}
@@ -266,7 +271,7 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return oracle.Report{}, err
 	}
-	if err := workload.CreateTopics(ctx, r.h.adm, r.set, int32(o.partitions), 1); err != nil {
+	if err := workload.CreateTopics(ctx, r.h.adm, r.set, int32(o.partitions), r.h.replication()); err != nil {
 		return oracle.Report{}, err
 	}
 	rate := o.rate
@@ -301,6 +306,14 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 		return oracle.Report{}, fmt.Errorf("processors did not get ready: %w", err)
 	}
 
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	r.meter.start(time.Now())
+	go func() { watched <- watchOutput(watchCtx, r.h.brokers, string(r.set.Cohort), &r.meter) }()
+	defer func() {
+		stopWatching()
+		<-watched
+	}()
 	r.produce(ctx, plan)
 	actErr := r.sc.act(r, ctx)
 	if actErr != nil {
@@ -322,6 +335,10 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 		return oracle.Report{}, err
 	}
 	r.logf("every signal decided %v after the load ended; stopping the processors", time.Since(decideStart).Round(time.Millisecond))
+	if st := r.meter.read(); st.arrivals > 0 {
+		r.logf("longest stall: %v, ending at %s (%d records seen, the first %v after the load began)",
+			st.longest.Round(time.Millisecond), st.endsAt.Format("15:04:05.000"), st.arrivals, st.first.Round(time.Millisecond))
+	}
 	for _, in := range r.insts {
 		if in.running() {
 			if err := in.term(60 * time.Second); err != nil {
@@ -377,7 +394,7 @@ func (r *scenarioRun) newInstance(name string) *instance {
 			"--group", r.group,
 		}, workload.TopicFlags(r.set)...),
 			"--partitions", fmt.Sprint(o.partitions),
-			"--replication-factor", "1",
+			"--replication-factor", fmt.Sprint(r.h.replication()),
 			"--session-timeout", o.sessionTimeout.String(),
 			"--grace", o.grace.String(),
 			"--max-future-skew", o.maxFutureSkew.String(),
@@ -388,6 +405,10 @@ func (r *scenarioRun) newInstance(name string) *instance {
 				r.finding("%s exited on its own (%v); last lines:\n%s", in.name, err, indent(in.tail(15)))
 			}
 		},
+	}
+	if r.sc.brokerFault {
+		// A transactional ID the harness knows, to find its coordinator.
+		in.args = append(in.args, "--transactional-id", r.txnID(in))
 	}
 	r.h.adopt(in)
 	return in
@@ -558,7 +579,8 @@ func (r *scenarioRun) settleOrRecover(ctx context.Context, when string) error {
 }
 
 // waitDecided waits until the group's committed offsets reach the end of
-// every partition of every input: every signal has been decided, and what it
+// every partition of every input, or a tail of it that holds only
+// transaction markers (see onlyMarkers): every signal has been decided, and what it
 // became is committed. It restarts, with a finding, any processor that
 // died on its own meanwhile.
 func (r *scenarioRun) waitDecided(ctx context.Context) error {
@@ -568,6 +590,7 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 		d = time.Until(deadline)
 	}
 	lastLog := time.Now()
+	var lastMarkerCheck time.Time
 	return eventually(ctx, d, func() error {
 		for _, in := range r.insts {
 			if in.diedOnItsOwn() {
@@ -591,15 +614,30 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 		}
 		var lag int64
 		var lagging []string
+		checkMarkers := time.Since(lastMarkerCheck) >= 5*time.Second
+		if checkMarkers {
+			lastMarkerCheck = time.Now()
+		}
+		var markerErr error
 		ends.Each(func(o kadm.ListedOffset) {
 			c, ok := committed.Lookup(o.Topic, o.Partition)
 			if o.Offset > 0 && (!ok || c.At < o.Offset) {
+				if ok && c.At >= 0 && checkMarkers {
+					only, err := onlyMarkers(ctx, r.h.brokers, o.Topic, o.Partition, c.At, o.Offset)
+					if only {
+						return // a tail of transaction markers: decided
+					}
+					markerErr = errors.Join(markerErr, err)
+				}
 				lag += o.Offset - max(c.At, 0)
 				lagging = append(lagging, fmt.Sprintf("%s/%d: %d of %d", o.Topic, o.Partition, c.At, o.Offset))
 			}
 		})
 		if lag == 0 {
 			return nil
+		}
+		if markerErr != nil {
+			r.logf("reading the tails of the signals partitions: %v", markerErr)
 		}
 		if time.Since(lastLog) >= 15*time.Second {
 			lastLog = time.Now()

@@ -5,6 +5,8 @@
 #
 # Usage: kafka.sh fetch|start|stop|status|version|clean
 #        kafka.sh start-secure|stop-secure|status-secure|secure-env|clean-secure
+#        kafka.sh start-cluster|stop-cluster|status-cluster|clean-cluster
+#        kafka.sh kill-broker|pause-broker|resume-broker|stop-broker|restart-broker N
 #
 # The *-secure commands run a second, separate broker with a SASL_SSL
 # listener, an ACL authorizer and SCRAM users (see "secure broker" below and
@@ -23,6 +25,15 @@
 #   KAFKA_SECURE_PORT      secure broker: SASL_SSL listener port (default 9094)
 #   KAFKA_SECURE_CONTROLLER_PORT  secure broker: controller (mTLS) port (default 9095)
 #   KAFKA_SECURE_RUN_DIR   secure broker: run dir (default .cache/run-secure)
+#   KAFKA_CLUSTER_PORT     cluster: node N's client port is this + N-1 (default 29092)
+#   KAFKA_CLUSTER_CONTROLLER_PORT  cluster: node N's controller port is this + N-1 (default 29192)
+#   KAFKA_CLUSTER_RUN_DIR  cluster: run dirs N = 1..3 under it (default .cache/run-cluster)
+#   KAFKA_CLUSTER_HEAP     cluster: JVM heap flags per node (default "-Xms128m -Xmx384m")
+#
+# The *-cluster commands run three brokers (KRaft, a controller quorum of
+# three, replication factor 3, min.insync.replicas 2); kill-broker (kill -9),
+# pause-broker (SIGSTOP), resume-broker (SIGCONT), stop-broker (SIGTERM) and
+# restart-broker (start a stopped node over its data) act on node N = 1..3.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,17 +41,23 @@ POM="$SCRIPT_DIR/pom.xml"
 CACHE_DIR="${KAFKA_CACHE_DIR:-$SCRIPT_DIR/.cache}"
 LIBS_DIR="$CACHE_DIR/libs"
 STAMP_FILE="$LIBS_DIR/.fetched"
-RUN_DIR="${KAFKA_RUN_DIR:-$CACHE_DIR/run}"
-DATA_DIR="$RUN_DIR/data"
-LOG_DIR="$RUN_DIR/logs"
-CONF_FILE="$RUN_DIR/server.properties"
-LOG4J_FILE="$RUN_DIR/log4j2.xml"
-TOOLS_LOG4J_FILE="$RUN_DIR/tools-log4j2.xml"
-PID_FILE="$RUN_DIR/kafka.pid"
 CDS_DIR="$CACHE_DIR/cds"
-CDS_PENDING="$RUN_DIR/cds-pending"
-SERVER_LOG="$LOG_DIR/server.log"
-OUT_LOG="$LOG_DIR/kafka.out"
+
+# set_run_dir points every per-broker path at run dir $1: config, data,
+# logs and pid file. Each broker (plain, secure, each cluster node) has one.
+set_run_dir() {
+  RUN_DIR="$1"
+  DATA_DIR="$RUN_DIR/data"
+  LOG_DIR="$RUN_DIR/logs"
+  CONF_FILE="$RUN_DIR/server.properties"
+  LOG4J_FILE="$RUN_DIR/log4j2.xml"
+  TOOLS_LOG4J_FILE="$RUN_DIR/tools-log4j2.xml"
+  PID_FILE="$RUN_DIR/kafka.pid"
+  CDS_PENDING="$RUN_DIR/cds-pending"
+  SERVER_LOG="$LOG_DIR/server.log"
+  OUT_LOG="$LOG_DIR/kafka.out"
+}
+set_run_dir "${KAFKA_RUN_DIR:-$CACHE_DIR/run}"
 
 HOST=127.0.0.1
 PORT="${KAFKA_PORT:-9092}"
@@ -54,7 +71,10 @@ JVM_OPTS=(-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20
   -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent
   -XX:MaxInlineLevel=15 -Djava.awt.headless=true)
 
-log() { printf 'kafka.sh: %s\n' "$*" >&2; }
+# More JVM flags of the current mode (the cluster's nodes).
+EXTRA_JVM_OPTS=()
+
+log() { printf 'kafka.sh%s: %s\n' "${LOG_TAG:-}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- java
@@ -188,6 +208,10 @@ probe_metadata() {
     probe_secure_metadata
     return
   fi
+  if [[ "$CLUSTER" == 1 ]]; then
+    probe_cluster_node
+    return
+  fi
   if command -v kcat >/dev/null 2>&1; then
     kcat -L -b "$BOOTSTRAP" -m 5 2>/dev/null | grep -q ' 1 brokers:'
   else
@@ -245,6 +269,8 @@ write_config() {
   mkdir -p "$DATA_DIR" "$LOG_DIR"
   if [[ "$SECURE" == 1 ]]; then
     write_secure_config
+  elif [[ "$CLUSTER" == 1 ]]; then
+    write_cluster_config
   else
     write_plain_config
   fi
@@ -329,7 +355,11 @@ format_storage() {
     return 0
   fi
   local id
-  id="$(new_cluster_id)"
+  if [[ "$CLUSTER" == 1 ]]; then
+    id="$(cluster_shared_id)"
+  else
+    id="$(new_cluster_id)"
+  fi
   log "formatting $DATA_DIR (cluster id $id)"
   local -a extra=()
   # The secure broker's SCRAM users exist from the first start: the
@@ -355,9 +385,9 @@ cds_setup() {
   archive="$CDS_DIR/kafka-$key.jsa"
   if [[ -s "$archive" ]]; then
     CDS_FLAGS=("-XX:SharedArchiveFile=$archive")
-  elif [[ "$SECURE" == 1 ]]; then
-    # Only the plain broker records the archive: two brokers writing it
-    # at once would race. The secure one uses it once it exists.
+  elif [[ "$SECURE" == 1 || ("$CLUSTER" == 1 && "$NODE_ID" != 1) ]]; then
+    # Only the plain broker and cluster node 1 record the archive: two
+    # brokers writing it at once would race. The others use it once it exists.
     return 0
   else
     mkdir -p "$CDS_DIR"
@@ -391,6 +421,13 @@ cmd_start() {
     log "broker already running from this script (pid $pid) on $BOOTSTRAP"
     return 0
   fi
+  check_ports_free
+  launch_broker
+  await_broker "$LAUNCHED_PID"
+}
+
+# check_ports_free fails when another process listens on the broker's ports.
+check_ports_free() {
   rm -f "$PID_FILE"
   local p
   for p in "$PORT" "$CONTROLLER_PORT"; do
@@ -398,7 +435,13 @@ cmd_start() {
       die "port $HOST:$p is already in use by another process (not a broker started by this script); stop it or set KAFKA_PORT / KAFKA_CONTROLLER_PORT"
     fi
   done
+}
 
+# launch_broker writes the configuration, formats the storage on the first
+# start and starts the broker in the background; its pid is LAUNCHED_PID.
+LAUNCHED_PID=""
+launch_broker() {
+  local pid
   cache_ok || cmd_fetch
   find_java
   maybe_install_kcat
@@ -408,7 +451,7 @@ cmd_start() {
 
   local -a java_cmd
   # shellcheck disable=SC2206 # KAFKA_HEAP is a list of flags on purpose
-  java_cmd=("$JAVA" $HEAP "${JVM_OPTS[@]}" "${CDS_FLAGS[@]}"
+  java_cmd=("$JAVA" $HEAP "${JVM_OPTS[@]}" "${EXTRA_JVM_OPTS[@]}" "${CDS_FLAGS[@]}"
     "-Xlog:gc*:file=$LOG_DIR/gc.log:time,tags:filecount=3,filesize=10M"
     "-Dlog4j2.configurationFile=$LOG4J_FILE" "-Dkafka.logs.dir=$LOG_DIR"
     -cp "$(classpath)" kafka.Kafka "$CONF_FILE")
@@ -427,7 +470,13 @@ cmd_start() {
   fi
   pid=$!
   echo "$pid" >"$PID_FILE"
+  LAUNCHED_PID="$pid"
+}
 
+# await_broker waits until the broker $1 answers, or kills it and fails
+# after START_TIMEOUT seconds.
+await_broker() {
+  local pid="$1"
   local start=$SECONDS
   while :; do
     if ! kill -0 "$pid" 2>/dev/null; then
@@ -528,16 +577,7 @@ BROKER_DN="CN=cohortgate-secure-broker"
 
 use_secure() {
   SECURE=1
-  RUN_DIR="${KAFKA_SECURE_RUN_DIR:-$CACHE_DIR/run-secure}"
-  DATA_DIR="$RUN_DIR/data"
-  LOG_DIR="$RUN_DIR/logs"
-  CONF_FILE="$RUN_DIR/server.properties"
-  LOG4J_FILE="$RUN_DIR/log4j2.xml"
-  TOOLS_LOG4J_FILE="$RUN_DIR/tools-log4j2.xml"
-  PID_FILE="$RUN_DIR/kafka.pid"
-  CDS_PENDING="$RUN_DIR/cds-pending"
-  SERVER_LOG="$LOG_DIR/server.log"
-  OUT_LOG="$LOG_DIR/kafka.out"
+  set_run_dir "${KAFKA_SECURE_RUN_DIR:-$CACHE_DIR/run-secure}"
   PORT="${KAFKA_SECURE_PORT:-9094}"
   CONTROLLER_PORT="${KAFKA_SECURE_CONTROLLER_PORT:-9095}"
   BOOTSTRAP="$HOST:$PORT"
@@ -703,6 +743,222 @@ cmd_secure_env() {
   printf 'export KAFKA_SECURE_PLAIN_PASSWORD=%q\n' "$PLAIN_PASSWORD"
 }
 
+# ---------------------------------------------------------------- cluster
+#
+# Three brokers on loopback, each a KRaft node in combined mode (broker and
+# controller), with a static controller quorum of all three: losing one
+# node loses neither the quorum nor a partition (replication factor 3,
+# min.insync.replicas 2); losing two stops writes until one returns. Each
+# node has its own run dir (.cache/run-cluster/N) and ports (client
+# KAFKA_CLUSTER_PORT+N-1, controller KAFKA_CLUSTER_CONTROLLER_PORT+N-1);
+# the nodes share the cluster id in .cache/run-cluster/cluster.id. The
+# chaos harness (cmd/chaos --cluster) kills, pauses and restarts them one
+# by one with the *-broker commands.
+
+CLUSTER=0
+NODE_ID=1
+CLUSTER_NODES=(1 2 3)
+CLUSTER_ROOT="${KAFKA_CLUSTER_RUN_DIR:-$CACHE_DIR/run-cluster}"
+CLUSTER_PORT="${KAFKA_CLUSTER_PORT:-29092}"
+CLUSTER_CONTROLLER_PORT="${KAFKA_CLUSTER_CONTROLLER_PORT:-29192}"
+
+# use_cluster_node points the script's per-broker settings at node $1.
+use_cluster_node() {
+  local n="$1"
+  [[ "$n" =~ ^[1-3]$ ]] || die "broker number '$n': want 1, 2 or 3"
+  CLUSTER=1
+  NODE_ID="$n"
+  LOG_TAG=" [node $n]"
+  set_run_dir "$CLUSTER_ROOT/$n"
+  PORT=$((CLUSTER_PORT + n - 1))
+  CONTROLLER_PORT=$((CLUSTER_CONTROLLER_PORT + n - 1))
+  BOOTSTRAP="$HOST:$PORT"
+  HEAP="${KAFKA_CLUSTER_HEAP:--Xms128m -Xmx384m}"
+  # The C1 compiler alone: a node restarted under load (the chaos
+  # scenarios) is ready sooner, and three JVMs compiling at once leave the
+  # machine's few cores to the processors; a test cluster's throughput
+  # does not need C2.
+  EXTRA_JVM_OPTS=(-XX:TieredStopAtLevel=1)
+  START_TIMEOUT="${KAFKA_START_TIMEOUT:-180}"
+}
+
+cluster_bootstrap() {
+  local n out=()
+  for n in "${CLUSTER_NODES[@]}"; do out+=("$HOST:$((CLUSTER_PORT + n - 1))"); done
+  (IFS=, && echo "${out[*]}")
+}
+
+# The nodes must be formatted with one cluster id.
+cluster_shared_id() {
+  local f="$CLUSTER_ROOT/cluster.id"
+  if [[ ! -s "$f" ]]; then
+    mkdir -p "$CLUSTER_ROOT"
+    new_cluster_id >"$f"
+  fi
+  cat "$f"
+}
+
+write_cluster_config() {
+  local voters="" n
+  for n in "${CLUSTER_NODES[@]}"; do
+    voters+="${voters:+,}$n@$HOST:$((CLUSTER_CONTROLLER_PORT + n - 1))"
+  done
+  cat >"$CONF_FILE" <<EOF
+# Generated by integration/kafka/kafka.sh start-cluster - node $NODE_ID of a
+# three-node KRaft cluster (combined mode, static controller quorum).
+process.roles=broker,controller
+node.id=$NODE_ID
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$DATA_DIR
+
+auto.create.topics.enable=false
+group.initial.rebalance.delay.ms=0
+# What a production cluster runs with: every write acknowledged by two of
+# three replicas, and no unclean leader (a replica that missed writes).
+default.replication.factor=3
+min.insync.replicas=2
+unclean.leader.election.enable=false
+offsets.topic.replication.factor=3
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+transaction.state.log.num.partitions=3
+share.coordinator.state.topic.replication.factor=3
+share.coordinator.state.topic.min.isr=2
+# A stopped follower leaves the ISR after 10s (default 30s) and a silent
+# broker is fenced after 6s (default 9s), so that the chaos scenarios that
+# pause a broker past both stay short.
+replica.lag.time.max.ms=10000
+broker.session.timeout.ms=6000
+
+num.network.threads=2
+num.io.threads=2
+num.replica.fetchers=1
+num.recovery.threads.per.data.dir=1
+EOF
+}
+
+# A cluster node is up once it logged its start (a KRaft broker does so
+# only after the controller unfenced it) and, with kcat, answers metadata.
+probe_cluster_node() {
+  broker_started_line || return 1
+  command -v kcat >/dev/null 2>&1 || return 0
+  kcat -L -b "$BOOTSTRAP" -m 5 2>/dev/null | grep -q ' brokers:'
+}
+
+cmd_start_cluster() {
+  local n pid
+  local -A pids=()
+  # Launch all three before waiting for any: one node alone has no
+  # controller quorum and cannot become ready.
+  for n in "${CLUSTER_NODES[@]}"; do
+    use_cluster_node "$n"
+    if pid="$(running_pid)"; then
+      log "already running (pid $pid)"
+      pids[$n]="$pid"
+      continue
+    fi
+    check_ports_free
+    launch_broker
+    pids[$n]="$LAUNCHED_PID"
+  done
+  for n in "${CLUSTER_NODES[@]}"; do
+    if ! (use_cluster_node "$n" && await_broker "${pids[$n]}"); then
+      cmd_stop_cluster
+      die "cluster did not start"
+    fi
+  done
+  echo "cluster ready: $(cluster_bootstrap)"
+}
+
+cmd_stop_cluster() {
+  local n pid
+  # SIGTERM to all at once, so that none waits for a controller that is
+  # itself shutting down; then each is waited for (SIGKILL after
+  # KAFKA_STOP_TIMEOUT). A paused node is continued first.
+  for n in "${CLUSTER_NODES[@]}"; do
+    use_cluster_node "$n"
+    if pid="$(running_pid)"; then
+      kill -CONT "$pid" 2>/dev/null || true
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
+  done
+  for n in "${CLUSTER_NODES[@]}"; do
+    (use_cluster_node "$n" && cmd_stop)
+  done
+}
+
+cmd_status_cluster() {
+  local n pid state rc=0 up=0
+  for n in "${CLUSTER_NODES[@]}"; do
+    use_cluster_node "$n"
+    if pid="$(running_pid)"; then
+      state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)"
+      if [[ "$state" == T ]]; then
+        echo "node $n: paused (pid $pid) on $BOOTSTRAP"
+      else
+        echo "node $n: running (pid $pid) on $BOOTSTRAP"
+        up=$((up + 1))
+      fi
+    else
+      echo "node $n: not running (run dir $RUN_DIR)"
+      rc=3
+    fi
+  done
+  echo "$up of ${#CLUSTER_NODES[@]} nodes running: $(cluster_bootstrap)"
+  return "$rc"
+}
+
+# The *-broker commands act on one node, N = 1..3.
+node_pid() {
+  local pid
+  pid="$(running_pid)" || die "not running"
+  echo "$pid"
+}
+
+cmd_kill_broker() {
+  local pid i
+  pid="$(node_pid)"
+  kill -KILL "$pid"
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    die "pid $pid survived SIGKILL for 10s"
+  fi
+  rm -f "$PID_FILE"
+  cds_finish killed
+  log "killed (kill -9 pid $pid)"
+}
+
+cmd_pause_broker() {
+  local pid
+  pid="$(node_pid)"
+  kill -STOP "$pid"
+  log "paused (SIGSTOP pid $pid)"
+}
+
+cmd_resume_broker() {
+  local pid
+  pid="$(node_pid)"
+  kill -CONT "$pid"
+  log "resumed (SIGCONT pid $pid)"
+}
+
+# restart-broker starts a node that is not running over its data again
+# (after kill-broker or stop-broker) and waits until it is up; a running
+# node is left alone.
+cmd_restart_broker() {
+  [[ -f "$DATA_DIR/meta.properties" ]] || die "no data in $DATA_DIR: start the cluster with start-cluster"
+  cmd_start
+}
+
 usage() {
   sed -n '2,/^set -euo pipefail/{/^set /d;p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
@@ -719,6 +975,21 @@ main() {
     status) cmd_status ;;
     version) cmd_version ;;
     clean) cmd_clean ;;
+    start-cluster) cmd_start_cluster ;;
+    stop-cluster) cmd_stop_cluster ;;
+    status-cluster) cmd_status_cluster ;;
+    clean-cluster) cmd_stop_cluster && rm -rf "$CLUSTER_ROOT" && log "removed $CLUSTER_ROOT" ;;
+    kill-broker | pause-broker | resume-broker | stop-broker | restart-broker)
+      [[ $# == 2 ]] || die "usage: kafka.sh $cmd N (N = 1, 2 or 3)"
+      use_cluster_node "$2"
+      case "$cmd" in
+        kill-broker) cmd_kill_broker ;;
+        pause-broker) cmd_pause_broker ;;
+        resume-broker) cmd_resume_broker ;;
+        stop-broker) cmd_stop ;;
+        restart-broker) cmd_restart_broker ;;
+      esac
+      ;;
     start-secure) cmd_start_secure ;;
     stop-secure) cmd_stop ;;
     status-secure) cmd_status ;;

@@ -54,7 +54,7 @@ func (sc *scene) txnHeld(ctx context.Context) (err error) {
 	committed := false
 	defer func() {
 		if !committed {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
 			defer cancel()
 			_ = txn.EndTransaction(actx, kgo.TryAbort)
 		}
@@ -103,6 +103,11 @@ func (sc *scene) each(ctx context.Context, us []userGate) error {
 	return nil
 }
 
+// abortTimeout bounds aborting a scene's transaction. It outlasts a
+// broker fault (a coordinator killed or paused past its session, in the
+// chaos harness's cluster scenarios), after which the abort goes through.
+const abortTimeout = time.Minute
+
 // txnAbort: a leave inside a transaction that is aborted after 300ms; the
 // user's signals before, during and after must all be forwarded.
 func (sc *scene) txnAbort(ctx context.Context) error {
@@ -118,7 +123,7 @@ func (sc *scene) txnAbort(ctx context.Context) error {
 	if err == nil {
 		err = sc.signals(ctx, 3, 100*time.Millisecond, y, murmur, noGate)
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
 	defer cancel()
 	if aerr := txn.EndTransaction(actx, kgo.TryAbort); aerr != nil && err == nil {
 		err = fmt.Errorf("aborting the transaction: %w", aerr)

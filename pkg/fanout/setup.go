@@ -123,6 +123,13 @@ func clientOpts(cfg *Config, lim *limits, id string) []kgo.Opt {
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(id),
 		kgo.RecordPartitioner(newPartitioner()),
+		// A write counts once every in-sync replica has it, and the
+		// topic's min.insync.replicas (2 of 3 in production) bounds how
+		// few that may be; idempotence (never disabled here) keeps a
+		// retry from writing twice. Transactions need both. These are
+		// franz-go's defaults, stated so that they hold for the
+		// at-least-once producer too and no default can change them unseen.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
 		// What a topic takes, the producer takes: a record the broker would
 		// accept is never refused by the client, and one it would refuse
 		// is caught before producing (see limits).
