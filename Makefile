@@ -142,3 +142,20 @@ test-secure:
 	eval "$$(bash integration/kafka/kafka.sh secure-env)" && \
 	COHORTGATE_REQUIRE_SECURE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestSecure' -v ./integration
 .PHONY: test-secure
+
+# Restart to ready at 1M to 100M members (issue 16 §2); not part of bench
+# or CI, and needs no broker. Builds each store with membership.Bulk under
+# SCALE_WORK (kept for the next run: about 8 GB at 100M; rm -rf it after),
+# starts bin/processor on it (embedded broker) by the store scan and from
+# the gate snapshot, times lookups, and writes BENCHMARKS-scale.csv,
+# BENCHMARKS-scale.png and a section of BENCHMARKS.md. SIZES: members,
+# comma-separated.
+SIZES      ?= 1000000,10000000,30000000,100000000
+SCALE_WORK ?= bin/scale-work
+
+.PHONY: bench-scale
+bench-scale:
+	@mkdir -p bin
+	$(GO) build -o bin/processor ./cmd/processor
+	$(GO) build -o bin/bench ./cmd/bench
+	./bin/bench scale --sizes $(SIZES) --work-dir $(SCALE_WORK) --invoked-as "make bench-scale SIZES=$(SIZES)"
