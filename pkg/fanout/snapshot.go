@@ -48,6 +48,14 @@ type gateSnapshot struct {
 	topic string
 }
 
+// SnapshotLabel is the label of a gate snapshot that reflects the given
+// checkpoints of the commands topic: what a tool that writes a snapshot
+// itself (the restart benchmark) must give gate.Map.Save for the
+// processor to load it.
+func SnapshotLabel(commands string, checkpoints map[int32]int64) []byte {
+	return encodeLabel(commands, checkpoints)
+}
+
 // labelVersion is the first byte of a snapshot label.
 const labelVersion = 1
 

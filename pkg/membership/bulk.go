@@ -27,7 +27,6 @@ type Bulk struct {
 	last uint64
 	n    int
 	done bool
-	key  [lateLeaveKeyLen]byte
 	a    assembler
 }
 
