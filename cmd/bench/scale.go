@@ -70,7 +70,7 @@ func parseScaleOptions(args []string, stderr io.Writer) (*scaleOptions, error) {
 	fs.StringVar(&o.csv, "csv", "BENCHMARKS-scale.csv", "the results, one row per size")
 	fs.StringVar(&o.png, "png", "BENCHMARKS-scale.png", "the picture: ready time and RSS against members")
 	fs.StringVar(&o.benchmarks, "out", "BENCHMARKS.md", "the file the section is appended to; empty: none")
-	fs.StringVar(&o.phases, "phases", "all", "all, or build: only build the stores")
+	fs.StringVar(&o.phases, "phases", "all", "all; build: only build the stores; plot: only draw --png from --csv")
 	fs.StringVar(&o.invokedAs, "invoked-as", "", "the command line to report (make passes its own)")
 	fs.IntVar(&o.lookups, "lookups", 20_000_000, "gate lookups timed at each size")
 	fs.DurationVar(&o.timeout, "ready-timeout", 20*time.Minute, "how long a processor may take to be ready")
@@ -99,8 +99,8 @@ func parseScaleOptions(args []string, stderr io.Writer) (*scaleOptions, error) {
 	if len(o.sizes) == 0 {
 		return nil, errors.New("--sizes: no size")
 	}
-	if o.phases != "all" && o.phases != "build" {
-		return nil, fmt.Errorf("--phases: %q is neither all nor build", o.phases)
+	if o.phases != "all" && o.phases != "build" && o.phases != "plot" {
+		return nil, fmt.Errorf("--phases: %q is not all, build or plot", o.phases)
 	}
 	return o, nil
 }
@@ -137,6 +137,13 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseScaleOptions(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.phases == "plot" {
+		rs, err := readScaleCSV(o.csv)
+		if err != nil {
+			return err
+		}
+		return plotScale(o.png, rs)
 	}
 	if o.workDir, err = filepath.Abs(o.workDir); err != nil {
 		return err
