@@ -173,6 +173,13 @@ func (s gateSnapshot) save(store Store, g *gate.Map) (SnapshotInfo, error) {
 		return info, fmt.Errorf("unable to read the checkpoints: %w", err)
 	}
 	dir := filepath.Dir(s.path)
+	// A save cut short by a kill leaves its temporary file: remove those
+	// first, they are as large as the snapshot.
+	if old, err := filepath.Glob(filepath.Join(dir, filepath.Base(s.path)+".tmp-*")); err == nil {
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+	}
 	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*")
 	if err != nil {
 		return info, err

@@ -90,6 +90,10 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	dir := t.TempDir()
 	snap := gateSnapshot{path: filepath.Join(dir, "gate.snapshot"), topic: snapTopic}
+	// What a save killed halfway leaves behind.
+	if err := os.WriteFile(filepath.Join(dir, "gate.snapshot.tmp-123"), []byte("torn"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	info, err := snap.save(store, scanned)
 	if err != nil {
 		t.Fatal(err)
