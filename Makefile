@@ -57,7 +57,7 @@ bench:
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
-	@set -e; for pkg in ./topics ./pkg/membership ./pkg/fanout; do \
+	@set -e; for pkg in ./topics ./pkg/gate ./pkg/membership ./pkg/fanout; do \
 		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 			echo "== $$pkg $$target ($(FUZZTIME))"; \
 			$(GO) test $$pkg -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -parallel 1; \
