@@ -331,9 +331,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		UnsafeSkipCommands:     o.unsafeSkipCmds,
 		UnsafeObserveLSO:       o.unsafeLSO,
 		UnsafeNoWindowRecovery: o.unsafeNoWindow,
-		KafkaOpts:              append(kafkaOpts, kgo.WithHooks(kmetrics)),
-		Logger:                 log,
-		Registerer:             reg,
+		// Written at a clean stop, so that the next start loads the gate
+		// instead of scanning the store (issue 16).
+		GateSnapshot: filepath.Join(o.dataDir, "gate.snapshot"),
+		KafkaOpts:    append(kafkaOpts, kgo.WithHooks(kmetrics)),
+		Logger:       log,
+		Registerer:   reg,
 	}, store)
 	if err != nil {
 		return err

@@ -50,6 +50,10 @@ type applier struct {
 	lim        limits
 	partitions int32 // of both input topics
 	kp         keyPartition
+	// gateAhead is set while the gate holds a batch the store has not
+	// committed (updateGate runs before the commit): a gate snapshot taken
+	// then would not equal the store. Owned by the applier's goroutine.
+	gateAhead bool
 }
 
 // CommandsGapError halts the processor: commands of a partition cannot be
@@ -187,6 +191,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 	if len(advanced) == 0 {
 		return nil
 	}
+	a.gateAhead = true
 	if err := a.updateGate(cmds); err != nil {
 		return err
 	}
@@ -201,6 +206,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("unable to commit commands batch: %w", err)
 	}
+	a.gateAhead = false
 	// The records first, then the offsets: the signals loop reads a
 	// claim's applied offset before it takes the outbox, and commits that
 	// offset as judged with what it took (loop.drainOutbox). Read the other

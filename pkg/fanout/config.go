@@ -101,6 +101,13 @@ type Config struct {
 	// missing windows; never set it otherwise.
 	UnsafeNoWindowRecovery bool
 
+	// GateSnapshot is the path of the gate snapshot: written when Run ends
+	// cleanly, loaded at start instead of scanning the store when it still
+	// reflects the store's commands checkpoints (see snapshot.go). Its
+	// directory must exist. Empty: no snapshot, the store is always
+	// scanned.
+	GateSnapshot string
+
 	// KafkaOpts are appended to every Kafka client the Processor makes
 	// (TLS, SASL, logging, hooks).
 	KafkaOpts []kgo.Opt

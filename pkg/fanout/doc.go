@@ -157,6 +157,8 @@
 //   - changelog.go: changelog records;
 //   - partitioner.go: Kafka's murmur2 partitioning, and pinned records;
 //   - restore.go: the gate rebuilt from the store at start;
+//   - snapshot.go: the gate saved at a clean stop, loaded at start when it
+//     still reflects the store's checkpoints;
 //   - metrics.go: the Prometheus series;
 //   - authz.go: authorization failures;
 //   - store.go: the Store the processor needs;

@@ -54,6 +54,9 @@ type EventListener struct {
 	CycleEnd func(CycleInfo)
 	// Restored: the gate was rebuilt from the local store at start.
 	Restored func(RestoredInfo)
+	// SnapshotSaved: the gate snapshot was written (or failed to be) as
+	// Run ended.
+	SnapshotSaved func(SnapshotInfo)
 }
 
 // PartitionsInfo lists partitions (of both input topics) that changed
@@ -225,12 +228,36 @@ func (i CycleInfo) String() string { return fmt.Sprintf("cycle %v: %v", i.Outcom
 
 // RestoredInfo is the rebuild of the gate at start.
 type RestoredInfo struct {
+	// Members are the users restored, and Episodes their episodes; from a
+	// snapshot, the users with episodes, and Episodes is 0 (not counted).
 	Members, Episodes int
-	Took, Scan        time.Duration
+	Took, Scan        time.Duration // Scan: the store scan's share, 0 from a snapshot
+	// Source is "snapshot" when the gate snapshot was loaded, "scan" when
+	// the store was scanned.
+	Source string
+	// Fallback is why the snapshot was not used, nil if it was or if none
+	// is configured.
+	Fallback error
 }
 
 func (i RestoredInfo) String() string {
-	return fmt.Sprintf("restored %d members, %d episodes in %v", i.Members, i.Episodes, i.Took)
+	return fmt.Sprintf("restored %d members, %d episodes in %v from the %s", i.Members, i.Episodes, i.Took, i.Source)
+}
+
+// SnapshotInfo is the gate snapshot written as Run ended.
+type SnapshotInfo struct {
+	Path    string
+	Members int
+	Bytes   int64
+	Took    time.Duration
+	Err     error // nil if written
+}
+
+func (i SnapshotInfo) String() string {
+	if i.Err != nil {
+		return fmt.Sprintf("gate snapshot %s not written: %v", i.Path, i.Err)
+	}
+	return fmt.Sprintf("gate snapshot %s: %d members, %d bytes in %v", i.Path, i.Members, i.Bytes, i.Took)
 }
 
 // EnsureDefaults fills every nil func with a no-op and returns l.
@@ -271,6 +298,9 @@ func (l *EventListener) EnsureDefaults() *EventListener {
 	if l.Restored == nil {
 		l.Restored = func(RestoredInfo) {}
 	}
+	if l.SnapshotSaved == nil {
+		l.SnapshotSaved = func(SnapshotInfo) {}
+	}
 	return l
 }
 
@@ -292,6 +322,7 @@ func TeeEventListener(a, b EventListener) EventListener {
 		ProduceFailed:      func(i ProduceFailedInfo) { a.ProduceFailed(i); b.ProduceFailed(i) },
 		CycleEnd:           func(i CycleInfo) { a.CycleEnd(i); b.CycleEnd(i) },
 		Restored:           func(i RestoredInfo) { a.Restored(i); b.Restored(i) },
+		SnapshotSaved:      func(i SnapshotInfo) { a.SnapshotSaved(i); b.SnapshotSaved(i) },
 	}
 }
 
@@ -371,8 +402,18 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 			}
 		},
 		Restored: func(i RestoredInfo) {
+			if i.Fallback != nil {
+				l.Warn("gate snapshot not used; scanning the store", "why", i.Fallback)
+			}
 			l.Info("restored membership state", "members", i.Members, "episodes", i.Episodes,
-				"took", i.Took.String(), "scan", i.Scan.String())
+				"took", i.Took.String(), "scan", i.Scan.String(), "source", i.Source)
+		},
+		SnapshotSaved: func(i SnapshotInfo) {
+			if i.Err != nil {
+				l.Warn("gate snapshot not written; the next start scans the store", "err", i.Err)
+				return
+			}
+			l.Info("wrote gate snapshot", "path", i.Path, "members", i.Members, "bytes", i.Bytes, "took", i.Took.String())
 		},
 	}
 }

@@ -180,7 +180,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	halt := func(err error) { cancel(err) }
-	info, err := restoreGate(ctx, p.store, p.gate)
+	snap := gateSnapshot{path: p.cfg.GateSnapshot, topic: string(p.cfg.Topics.Commands)}
+	info, err := restoreGate(ctx, p.store, p.gate, snap)
 	if err != nil {
 		return err
 	}
@@ -248,6 +249,13 @@ func (p *Processor) Run(ctx context.Context) error {
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
+	}
+	// Every goroutine has exited: nothing changes the store or the gate
+	// any more, and unless a batch was cut short they are equal.
+	if snap.path != "" && !ap.gateAhead {
+		info, err := snap.save(p.store, p.gate)
+		info.Err = err
+		p.ev.SnapshotSaved(info)
 	}
 	return nil
 }

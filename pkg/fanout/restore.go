@@ -37,8 +37,17 @@ type restoreBatch struct {
 // of members), so they run side by side: the scan in one goroutine, the
 // inserts in another, joined by restoreBatches reused batches. Both exit
 // before restoreGate returns, also on error.
-func restoreGate(ctx context.Context, store Store, g *gate.Map) (RestoredInfo, error) {
+//
+// With a snapshot configured, it first tries to load the gate from it; the
+// scan runs only when that fails, and the info says why.
+func restoreGate(ctx context.Context, store Store, g *gate.Map, snap gateSnapshot) (RestoredInfo, error) {
 	start := time.Now()
+	var fallback error
+	if snap.path != "" {
+		if fallback = snap.load(store, g); fallback == nil {
+			return RestoredInfo{Members: g.Len(), Took: time.Since(start), Source: "snapshot"}, nil
+		}
+	}
 	eg, gctx := errgroup.WithContext(ctx)
 	full := make(chan *restoreBatch, restoreBatches)
 	free := make(chan *restoreBatch, restoreBatches)
@@ -56,7 +65,8 @@ func restoreGate(ctx context.Context, store Store, g *gate.Map) (RestoredInfo, e
 	if err := eg.Wait(); err != nil {
 		return RestoredInfo{}, fmt.Errorf("unable to restore the gate from the store: %w", err)
 	}
-	return RestoredInfo{Members: st.Members, Episodes: st.Episodes, Took: time.Since(start), Scan: st.Duration}, nil
+	return RestoredInfo{Members: st.Members, Episodes: st.Episodes, Took: time.Since(start), Scan: st.Duration,
+		Source: "scan", Fallback: fallback}, nil
 }
 
 // scanStore reads every member of the store into batches taken from free

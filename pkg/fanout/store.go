@@ -11,6 +11,7 @@ import (
 type Store interface {
 	NewBatch() *membership.Batch
 	Checkpoint(topic string, partition int32) (next int64, ok bool, err error)
+	Checkpoints(topic string) (map[int32]int64, error)
 	Restore(ctx context.Context, fn func(membership.Member) error) (membership.RestoreStats, error)
 	Member(userID uint64) (membership.Member, error)
 	Outbox(fn func(seq uint64, value []byte) error) error

@@ -53,4 +53,24 @@
 // rebuilt into a new one with room for twice the users it then holds (so
 // it may shrink if many were cleared), users without episodes are dropped,
 // and the new table replaces the old with one atomic store.
+//
+// # Snapshots
+//
+// [Map.Save] writes the Map as its table lies in memory (slots, filter,
+// then the histories; the layout is in snapshot.go), with a label of the
+// caller's and two CRC-32C checksums, one over the header and label and
+// one over the body. [Map.Load] reads it back into a table of the same
+// size and seed with one sequential read, about as fast as the disk or
+// page cache delivers it, instead of one hash and insert per user.
+//
+//   - A snapshot is one consistent state: Save holds the writers' mutex.
+//   - Load accepts only a snapshot whose size, version, checksums and table
+//     invariants (reachable slots, counts, ascending disjoint histories)
+//     all check, and whose label the caller accepts; otherwise it returns
+//     an error saying why and the Map keeps what it had. What the label
+//     must say is the caller's business (fanout: the store's checkpoints).
+//   - A Map loaded from a snapshot saves to the same bytes, takes Sets and
+//     grows like any other.
+//   - The snapshot is little-endian whatever the host; on a little-endian
+//     host the table's memory is written and read as it is.
 package gate

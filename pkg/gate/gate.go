@@ -157,22 +157,28 @@ func (m *Map) Set(userID uint64, eps []Episode) error {
 }
 
 func validate(userID uint64, eps []Episode) error {
-	for i, e := range eps {
-		var reason string
-		switch {
-		case e.RejoinedAtNs < e.LeftAtNs:
-			reason = "rejoined before it left"
-		case e.RejoinedAtNs == OpenEnd && i != len(eps)-1:
-			reason = "open but not the last"
-		case i > 0 && e.LeftAtNs < eps[i-1].RejoinedAtNs:
-			reason = "starts before the previous episode ends"
-		default:
-			continue
-		}
+	if i, reason := badEpisode(eps); reason != "" {
+		e := eps[i]
 		return fmt.Errorf("%w: user %d: episode %d [%d, %d) %s",
 			ErrBadEpisodes, userID, i, e.LeftAtNs, e.RejoinedAtNs, reason)
 	}
 	return nil
+}
+
+// badEpisode returns the index of the first episode of eps that breaks
+// the rules of Set, and why; reason is empty if none does.
+func badEpisode(eps []Episode) (i int, reason string) {
+	for i, e := range eps {
+		switch {
+		case e.RejoinedAtNs < e.LeftAtNs:
+			return i, "rejoined before it left"
+		case e.RejoinedAtNs == OpenEnd && i != len(eps)-1:
+			return i, "open but not the last"
+		case i > 0 && e.LeftAtNs < eps[i-1].RejoinedAtNs:
+			return i, "starts before the previous episode ends"
+		}
+	}
+	return 0, ""
 }
 
 func (m *Map) setLocked(userID uint64, eps []Episode) {

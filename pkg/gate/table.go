@@ -92,9 +92,12 @@ type table struct {
 }
 
 // newTable returns an empty table of n slots; n is a power of 2 ≥ minSlots.
-func newTable(n int) *table {
+func newTable(n int) *table { return newTableSeeded(n, rand.Uint64()) }
+
+// newTableSeeded is newTable with the hash seed given (a snapshot's).
+func newTableSeeded(n int, seed uint64) *table {
 	t := &table{
-		seed:   rand.Uint64(),
+		seed:   seed,
 		shift:  uint(64 - bits.TrailingZeros(uint(n))),
 		mask:   uint64(n - 1),
 		fmask:  uint64(n/slotsPerFilterWord - 1),

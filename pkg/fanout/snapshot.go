@@ -1,0 +1,223 @@
+package fanout
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/cohortgate/cohortgate/pkg/gate"
+)
+
+// The gate snapshot (Config.GateSnapshot) lets a restart skip the store
+// scan: the gate, saved at a clean stop, is loaded back with one
+// sequential read when it still reflects the store. The store stays the
+// source of truth; the snapshot is only ever a copy of what a scan would
+// build, or it is not used.
+//
+// It reflects the store through the commands checkpoints. Every batch of
+// the applier that changes a user's episodes also raises the checkpoint
+// of the partition the commands came from (commands below the checkpoint,
+// applied again, are duplicates that change nothing), and the gate holds
+// nothing the commands did not put there. So a snapshot of the gate taken
+// when it equals the store, labelled with the store's checkpoints then,
+// equals the store again whenever the store's checkpoints are those of the
+// label. At start the label is checked against the store's checkpoints,
+// the snapshot's checksums and layout by gate.Map.Load; on any mismatch
+// the gate is rebuilt by the scan, and the Restored event says why.
+//
+// A snapshot is written only when Run ends cleanly with no command batch
+// half applied (the gate is updated before the batch commits): then the
+// gate equals the store. It goes to a temporary file, synced, renamed over
+// the old one and its directory synced, so that the path holds one whole
+// snapshot or the previous one, never a torn one.
+//
+// Writing the store by other means than the processor (Store.Leave, say)
+// does not move the checkpoints; a snapshot would not see it. Remove the
+// snapshot after such a change.
+
+// gateSnapshot is where the gate is saved and loaded, and the commands
+// topic whose checkpoints it reflects. An empty path means none.
+type gateSnapshot struct {
+	path  string
+	topic string
+}
+
+// SnapshotLabel is the label of a gate snapshot that reflects the given
+// checkpoints of the commands topic: what a tool that writes a snapshot
+// itself (the restart benchmark) must give gate.Map.Save for the
+// processor to load it.
+func SnapshotLabel(commands string, checkpoints map[int32]int64) []byte {
+	return encodeLabel(commands, checkpoints)
+}
+
+// labelVersion is the first byte of a snapshot label.
+const labelVersion = 1
+
+// encodeLabel is the label of a snapshot that reflects checkpoints of
+// topic: version (1 byte), topic length (u16 LE), topic, partition count
+// (u32 LE), then per partition in ascending order the partition (u32 LE)
+// and its next offset (u64 LE, two's complement).
+func encodeLabel(topic string, checkpoints map[int32]int64) []byte {
+	b := []byte{labelVersion}
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(topic)))
+	b = append(b, topic...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(checkpoints)))
+	for _, p := range slices.Sorted(maps.Keys(checkpoints)) {
+		b = binary.LittleEndian.AppendUint32(b, uint32(p))
+		b = binary.LittleEndian.AppendUint64(b, uint64(checkpoints[p]))
+	}
+	return b
+}
+
+// errBadLabel is wrapped by decodeLabel's errors.
+var errBadLabel = errors.New("bad snapshot label")
+
+func decodeLabel(b []byte) (topic string, checkpoints map[int32]int64, err error) {
+	if len(b) < 3 || b[0] != labelVersion {
+		return "", nil, fmt.Errorf("%w: %d bytes, version %v", errBadLabel, len(b), b[:min(len(b), 1)])
+	}
+	n := int(binary.LittleEndian.Uint16(b[1:]))
+	b = b[3:]
+	if len(b) < n+4 {
+		return "", nil, fmt.Errorf("%w: truncated topic", errBadLabel)
+	}
+	topic, b = string(b[:n]), b[n:]
+	count := binary.LittleEndian.Uint32(b)
+	b = b[4:]
+	if uint64(len(b)) != uint64(count)*12 {
+		return "", nil, fmt.Errorf("%w: %d checkpoints in %d bytes", errBadLabel, count, len(b))
+	}
+	checkpoints = make(map[int32]int64, count)
+	for i := range int(count) {
+		p := int32(binary.LittleEndian.Uint32(b[12*i:]))
+		if _, dup := checkpoints[p]; dup {
+			return "", nil, fmt.Errorf("%w: partition %d twice", errBadLabel, p)
+		}
+		checkpoints[p] = int64(binary.LittleEndian.Uint64(b[12*i+4:]))
+	}
+	return topic, checkpoints, nil
+}
+
+// errStale is wrapped by the error of a snapshot that does not reflect the
+// store's checkpoints.
+var errStale = errors.New("snapshot does not reflect the store")
+
+// matchLabel says why a snapshot labelled label does not reflect the
+// checkpoints store holds of topic, or returns nil if it does.
+func matchLabel(label []byte, topic string, store map[int32]int64) error {
+	t, snap, err := decodeLabel(label)
+	if err != nil {
+		return err
+	}
+	if t != topic {
+		return fmt.Errorf("%w: it reflects topic %q, the commands are %q", errStale, t, topic)
+	}
+	parts := slices.Sorted(maps.Keys(store))
+	for p := range snap {
+		if _, ok := store[p]; !ok {
+			parts = append(parts, p)
+		}
+	}
+	slices.Sort(parts)
+	for _, p := range parts {
+		s, inSnap := snap[p]
+		o, inStore := store[p]
+		switch {
+		case !inSnap:
+			return fmt.Errorf("%w: the store has partition %d at offset %d, the snapshot none", errStale, p, o)
+		case !inStore:
+			return fmt.Errorf("%w: the snapshot has partition %d at offset %d, the store none", errStale, p, s)
+		case s != o:
+			return fmt.Errorf("%w: partition %d at offset %d in the snapshot, %d in the store", errStale, p, s, o)
+		}
+	}
+	return nil
+}
+
+// load replaces g's contents with the snapshot if it reflects store, or
+// returns why not (g is then as it was).
+func (s gateSnapshot) load(store Store, g *gate.Map) error {
+	f, err := os.Open(s.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no snapshot at %s", s.path)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	cps, err := store.Checkpoints(s.topic)
+	if err != nil {
+		return err
+	}
+	return g.Load(f, st.Size(), func(label []byte) error { return matchLabel(label, s.topic, cps) })
+}
+
+// save writes g, labelled with the store's checkpoints, to the path,
+// atomically. g must equal the store and nothing may change either while
+// save runs.
+func (s gateSnapshot) save(store Store, g *gate.Map) (SnapshotInfo, error) {
+	start := time.Now()
+	info := SnapshotInfo{Path: s.path, Members: g.Len()}
+	cps, err := store.Checkpoints(s.topic)
+	if err != nil {
+		return info, fmt.Errorf("unable to read the checkpoints: %w", err)
+	}
+	dir := filepath.Dir(s.path)
+	// A save cut short by a kill leaves its temporary file: remove those
+	// first, they are as large as the snapshot.
+	if old, err := filepath.Glob(filepath.Join(dir, filepath.Base(s.path)+".tmp-*")); err == nil {
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+	}
+	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*")
+	if err != nil {
+		return info, err
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	w := bufio.NewWriterSize(tmp, 1<<20)
+	n, err := g.Save(w, encodeLabel(s.topic, cps))
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), s.path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return info, fmt.Errorf("unable to write the gate snapshot %s: %w", s.path, err)
+	}
+	info.Bytes, info.Took = n, time.Since(start)
+	return info, nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

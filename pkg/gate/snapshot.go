@@ -1,0 +1,464 @@
+package gate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+)
+
+// A snapshot is a Map written out as its table is laid out in memory, so
+// that loading it is one sequential read into a table of the same size,
+// without a hash or an insert per user. All integers are little-endian.
+//
+//	header   0  8  magic "cgGATEsn"
+//	         8  4  version (snapshotVersion)
+//	        12  4  label length L (≤ maxLabel)
+//	        16  8  members: users with at least one episode (Len)
+//	        24  8  slots: table size, a power of 2 in [minSlots, maxSnapshotSlots]
+//	        32  8  used: occupied slots (users, and users set to no episodes)
+//	        40  8  seed of the table's hash
+//	        48  8  histories: overflow indices handed out
+//	        56  8  episodes: total episodes in the histories
+//	label   64  L  the caller's bytes (what the Map reflects)
+//	        +4     crc32c (Castagnoli) of the header and the label
+//	body    slots × 16   each slot: user id, state word (see table.go)
+//	        slots        the filter: slots/8 words of 8 bytes
+//	        histories    each: episode count (4 bytes), then count ×
+//	                     (LeftAtNs, RejoinedAtNs), 16 bytes each
+//	        +4           crc32c of the body
+//
+// The header has a checksum of its own, so that a caller can refuse a
+// snapshot by its label before the body is read; the body's checksum
+// covers the rest. The size of the whole is fixed by the header, and Load
+// refuses a file of any other size.
+const (
+	snapshotMagic   = "cgGATEsn"
+	snapshotVersion = 1
+	headerLen       = 64
+	// maxLabel bounds the caller's label.
+	maxLabel = 1 << 20
+	// maxSnapshotSlots bounds the table a snapshot may declare (16 TiB of
+	// slots), so that the size arithmetic cannot overflow; the size check
+	// keeps a bad header from allocating more than the file holds.
+	maxSnapshotSlots = 1 << 40
+	// ioChunk is how much Save and Load move per read or write: large
+	// enough to cost nothing per call, small enough that the checksum
+	// reads it back from the cache.
+	ioChunk = 1 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrBadSnapshot is wrapped by the error [Map.Load] returns for a snapshot
+// it cannot read: wrong magic, version or size, a checksum that does not
+// match, or contents that break the table's invariants. The error says
+// which.
+var ErrBadSnapshot = errors.New("gate: bad snapshot")
+
+// snapshotHeader is the fixed part of the header.
+type snapshotHeader struct {
+	version   uint32
+	labelLen  uint32
+	members   uint64
+	slots     uint64
+	used      uint64
+	seed      uint64
+	histories uint64
+	episodes  uint64
+}
+
+func (h *snapshotHeader) encode(b *[headerLen]byte) {
+	copy(b[0:8], snapshotMagic)
+	binary.LittleEndian.PutUint32(b[8:], h.version)
+	binary.LittleEndian.PutUint32(b[12:], h.labelLen)
+	binary.LittleEndian.PutUint64(b[16:], h.members)
+	binary.LittleEndian.PutUint64(b[24:], h.slots)
+	binary.LittleEndian.PutUint64(b[32:], h.used)
+	binary.LittleEndian.PutUint64(b[40:], h.seed)
+	binary.LittleEndian.PutUint64(b[48:], h.histories)
+	binary.LittleEndian.PutUint64(b[56:], h.episodes)
+}
+
+func decodeHeader(b *[headerLen]byte) (snapshotHeader, error) {
+	if string(b[0:8]) != snapshotMagic {
+		return snapshotHeader{}, fmt.Errorf("%w: magic %q, want %q", ErrBadSnapshot, b[0:8], snapshotMagic)
+	}
+	h := snapshotHeader{
+		version:   binary.LittleEndian.Uint32(b[8:]),
+		labelLen:  binary.LittleEndian.Uint32(b[12:]),
+		members:   binary.LittleEndian.Uint64(b[16:]),
+		slots:     binary.LittleEndian.Uint64(b[24:]),
+		used:      binary.LittleEndian.Uint64(b[32:]),
+		seed:      binary.LittleEndian.Uint64(b[40:]),
+		histories: binary.LittleEndian.Uint64(b[48:]),
+		episodes:  binary.LittleEndian.Uint64(b[56:]),
+	}
+	var reason string
+	switch {
+	case h.version != snapshotVersion:
+		return h, fmt.Errorf("%w: version %d, this build reads only %d", ErrBadSnapshot, h.version, snapshotVersion)
+	case h.labelLen > maxLabel:
+		reason = fmt.Sprintf("label of %d bytes, more than %d", h.labelLen, maxLabel)
+	case h.slots < minSlots || h.slots > maxSnapshotSlots || h.slots&(h.slots-1) != 0:
+		reason = fmt.Sprintf("%d slots, not a power of 2 in [%d, %d]", h.slots, minSlots, uint64(maxSnapshotSlots))
+	case h.used > uint64(maxUsed(int(h.slots))):
+		reason = fmt.Sprintf("%d of %d slots used, more than three quarters", h.used, h.slots)
+	case h.members > h.used || h.histories > h.used:
+		reason = fmt.Sprintf("%d members and %d histories in %d used slots", h.members, h.histories, h.used)
+	case h.episodes > maxSnapshotSlots:
+		reason = fmt.Sprintf("%d episodes", h.episodes)
+	default:
+		return h, nil
+	}
+	return h, fmt.Errorf("%w: %s", ErrBadSnapshot, reason)
+}
+
+// size is the length of the whole snapshot the header describes. The
+// header's bounds keep it from overflowing.
+func (h *snapshotHeader) size() int64 {
+	return headerLen + int64(h.labelLen) + 4 +
+		int64(h.slots)*16 + int64(h.slots) +
+		int64(h.histories)*4 + int64(h.episodes)*16 + 4
+}
+
+// Save writes a snapshot of the Map to w with label, the caller's account
+// of what the Map reflects (at most 1 MiB), and returns the bytes written.
+// Set waits while Save runs, so the snapshot is one consistent state;
+// readers do not wait. The snapshot is as large as the table
+// ([Map.MemoryBytes]).
+func (m *Map) Save(w io.Writer, label []byte) (int64, error) {
+	if len(label) > maxLabel {
+		return 0, fmt.Errorf("gate: snapshot label of %d bytes, more than %d", len(label), maxLabel)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.table.Load()
+	if t == nil { // zero Map
+		t = newTable(minSlots)
+	}
+	ovf := t.ovf.Load()
+	var episodes uint64
+	for i := range m.mu.ovfLen {
+		episodes += uint64(len(ovf.lists[i].Load().eps))
+	}
+	h := snapshotHeader{
+		version:   snapshotVersion,
+		labelLen:  uint32(len(label)),
+		members:   uint64(m.live.Load()),
+		slots:     uint64(len(t.slots)),
+		used:      uint64(m.mu.used),
+		seed:      t.seed,
+		histories: uint64(m.mu.ovfLen),
+		episodes:  episodes,
+	}
+	sw := &sumWriter{w: w}
+	var hb [headerLen]byte
+	h.encode(&hb)
+	sw.write(hb[:])
+	sw.write(label)
+	sw.writeSum()
+
+	sw.writeWords(slotWords(t.slots))
+	sw.writeWords(filterWords(t.filter))
+	var eb [16]byte
+	for i := range m.mu.ovfLen {
+		eps := ovf.lists[i].Load().eps
+		binary.LittleEndian.PutUint32(eb[:4], uint32(len(eps)))
+		sw.write(eb[:4])
+		for _, e := range eps {
+			binary.LittleEndian.PutUint64(eb[0:], e.LeftAtNs)
+			binary.LittleEndian.PutUint64(eb[8:], e.RejoinedAtNs)
+			sw.write(eb[:])
+		}
+	}
+	sw.writeSum()
+	if sw.err != nil {
+		return sw.n, fmt.Errorf("gate: unable to write snapshot: %w", sw.err)
+	}
+	return sw.n, nil
+}
+
+// Load replaces the Map's contents with the snapshot read from r, which
+// must be size bytes long. Once the header is read and checked, accept
+// (if not nil) is called with its label; an error from accept stops Load
+// before the body is read, and is returned wrapped. Any other failure
+// wraps [ErrBadSnapshot] (or is r's error) and says why. On error the Map
+// is as it was.
+//
+// Load checks the body's checksum and the table's invariants: every
+// occupied slot is reachable from its user's hash, the counts agree with
+// the header, every overflow index points to a history and every history
+// is ascending and disjoint. The filter is covered by the checksum alone.
+//
+// Like Set, Load is serialized with the other writers; readers see the
+// table before the load or after it, never a mix.
+func (m *Map) Load(r io.Reader, size int64, accept func(label []byte) error) error {
+	var hb [headerLen]byte
+	if _, err := io.ReadFull(r, hb[:]); err != nil {
+		return readErr("header", err)
+	}
+	h, err := decodeHeader(&hb)
+	if err != nil {
+		return err
+	}
+	if want := h.size(); size != want {
+		return fmt.Errorf("%w: %d bytes, the header describes %d", ErrBadSnapshot, size, want)
+	}
+	label := make([]byte, h.labelLen)
+	if _, err := io.ReadFull(r, label); err != nil {
+		return readErr("label", err)
+	}
+	sum := crc32.Update(crc32.Update(0, castagnoli, hb[:]), castagnoli, label)
+	if err := checkSum(r, sum, "header"); err != nil {
+		return err
+	}
+	if accept != nil {
+		if err := accept(label); err != nil {
+			return fmt.Errorf("gate: snapshot refused: %w", err)
+		}
+	}
+
+	t := newTableSeeded(int(h.slots), h.seed)
+	sr := &sumReader{r: r}
+	if err := sr.readWords(slotWords(t.slots)); err != nil {
+		return readErr("slots", err)
+	}
+	if err := sr.readWords(filterWords(t.filter)); err != nil {
+		return readErr("filter", err)
+	}
+	// Room for the histories as addHistoryLocked would have grown it, so
+	// that MemoryBytes is what it was before the save.
+	o := &overflow{}
+	if h.histories > 0 {
+		o.lists = make([]atomic.Pointer[history], pow2AtLeast(max(16, int(h.histories))))
+	}
+	var histBytes int64
+	var eb [16]byte
+	var eps []Episode
+	for i := range int(h.histories) {
+		if err := sr.read(eb[:4]); err != nil {
+			return readErr("histories", err)
+		}
+		n := uint64(binary.LittleEndian.Uint32(eb[:4]))
+		if n > h.episodes {
+			return fmt.Errorf("%w: history %d has %d episodes, more than the %d of all", ErrBadSnapshot, i, n, h.episodes)
+		}
+		eps = eps[:0]
+		for range n {
+			if err := sr.read(eb[:]); err != nil {
+				return readErr("histories", err)
+			}
+			eps = append(eps, Episode{binary.LittleEndian.Uint64(eb[0:]), binary.LittleEndian.Uint64(eb[8:])})
+		}
+		if j, reason := badEpisode(eps); reason != "" {
+			return fmt.Errorf("%w: history %d: episode %d [%d, %d) %s", ErrBadSnapshot, i, j, eps[j].LeftAtNs, eps[j].RejoinedAtNs, reason)
+		}
+		hist := newHistory(eps)
+		histBytes += hist.bytes()
+		o.lists[i].Store(hist)
+	}
+	if err := checkSum(r, sr.sum, "body"); err != nil {
+		return err
+	}
+	var one [1]byte
+	if n, _ := r.Read(one[:]); n > 0 {
+		return fmt.Errorf("%w: bytes after the end", ErrBadSnapshot)
+	}
+	t.ovf.Store(o)
+	live, err := checkTable(t, &h)
+	if err != nil {
+		return err
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mu.used, m.mu.ovfLen, m.mu.histBytes = int(h.used), int(h.histories), histBytes
+	m.live.Store(int64(live))
+	m.installLocked(t)
+	return nil
+}
+
+// checkTable checks the invariants of a loaded table against its header
+// and returns the users with at least one episode. Empty slots hold key
+// 0; every occupied slot lies in the run of occupied slots that starts at
+// or before its home slot (linear probing finds it); state words point to
+// histories that exist.
+func checkTable(t *table, h *snapshotHeader) (live uint64, err error) {
+	n := len(t.slots)
+	// Start just after an empty slot, so that no run wraps around the
+	// start; there is one, since at most three quarters are used.
+	first := -1
+	for i := range t.slots {
+		if t.slots[i].val.Load() == valEmpty {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return 0, fmt.Errorf("%w: no empty slot", ErrBadSnapshot)
+	}
+	var used uint64
+	runStart := 0 // distance from first of the current run's first slot
+	for d := 1; d <= n; d++ {
+		i := (first + d) & (n - 1)
+		s := &t.slots[i]
+		v := s.val.Load()
+		if v == valEmpty {
+			if s.key.Load() != 0 {
+				return 0, fmt.Errorf("%w: empty slot %d holds key %d", ErrBadSnapshot, i, s.key.Load())
+			}
+			runStart = d + 1
+			continue
+		}
+		used++
+		key := s.key.Load()
+		home := int(t.hash(key) >> t.shift)
+		if dh := (home - first) & (n - 1); dh < runStart || dh > d {
+			return 0, fmt.Errorf("%w: user %d in slot %d is not reachable from its home slot %d", ErrBadSnapshot, key, i, home)
+		}
+		switch {
+		case v == valNone:
+		case v < ovfFlag:
+			live++
+		default:
+			idx := v &^ ovfFlag
+			if idx >= h.histories {
+				return 0, fmt.Errorf("%w: user %d points to history %d of %d", ErrBadSnapshot, key, idx, h.histories)
+			}
+			if len(t.history(v).eps) > 0 {
+				live++
+			}
+		}
+	}
+	if used != h.used || live != h.members {
+		return 0, fmt.Errorf("%w: %d used slots and %d members, the header says %d and %d",
+			ErrBadSnapshot, used, live, h.used, h.members)
+	}
+	return live, nil
+}
+
+func readErr(part string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: truncated in the %s", ErrBadSnapshot, part)
+	}
+	return fmt.Errorf("gate: unable to read snapshot %s: %w", part, err)
+}
+
+func checkSum(r io.Reader, sum uint32, part string) error {
+	var b [4]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return readErr(part+" checksum", err)
+	}
+	if got := binary.LittleEndian.Uint32(b[:]); got != sum {
+		return fmt.Errorf("%w: %s checksum %08x, computed %08x", ErrBadSnapshot, part, got, sum)
+	}
+	return nil
+}
+
+// slotWords views the slots as the words they are made of (key, state
+// word, key, ...), and filterWords the filter. Save reads them under the
+// Map's mutex, which every writer holds; Load writes them before the
+// table is published.
+func slotWords(s []slot) []uint64 {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&s[0])), 2*len(s))
+}
+
+func filterWords(f []atomic.Uint64) []uint64 {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&f[0])), len(f))
+}
+
+// littleEndian is true on hosts whose memory holds words as the snapshot
+// does, where Save and Load move the table's memory as it is.
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// sumWriter writes and checksums, keeping the first error.
+type sumWriter struct {
+	w   io.Writer
+	sum uint32
+	n   int64
+	err error
+	buf []byte
+}
+
+func (s *sumWriter) write(p []byte) {
+	if s.err != nil {
+		return
+	}
+	s.sum = crc32.Update(s.sum, castagnoli, p)
+	var n int
+	n, s.err = s.w.Write(p)
+	s.n += int64(n)
+}
+
+// writeSum writes the checksum so far and starts the next.
+func (s *sumWriter) writeSum() {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], s.sum)
+	s.write(b[:])
+	s.sum = 0
+}
+
+// writeWords writes words little-endian, ioChunk bytes at a time.
+func (s *sumWriter) writeWords(words []uint64) {
+	const per = ioChunk / 8
+	for len(words) > 0 && s.err == nil {
+		c := words[:min(per, len(words))]
+		words = words[len(c):]
+		if littleEndian {
+			s.write(unsafe.Slice((*byte)(unsafe.Pointer(&c[0])), 8*len(c)))
+			continue
+		}
+		s.buf = s.buf[:0]
+		for _, w := range c {
+			s.buf = binary.LittleEndian.AppendUint64(s.buf, w)
+		}
+		s.write(s.buf)
+	}
+}
+
+// sumReader reads and checksums.
+type sumReader struct {
+	r   io.Reader
+	sum uint32
+}
+
+func (s *sumReader) read(p []byte) error {
+	if _, err := io.ReadFull(s.r, p); err != nil {
+		return err
+	}
+	s.sum = crc32.Update(s.sum, castagnoli, p)
+	return nil
+}
+
+// readWords fills words from little-endian bytes, ioChunk bytes at a
+// time, straight into their memory.
+func (s *sumReader) readWords(words []uint64) error {
+	const per = ioChunk / 8
+	for len(words) > 0 {
+		c := words[:min(per, len(words))]
+		words = words[len(c):]
+		if err := s.read(unsafe.Slice((*byte)(unsafe.Pointer(&c[0])), 8*len(c))); err != nil {
+			return err
+		}
+		if !littleEndian {
+			for i, w := range c {
+				c[i] = bits.ReverseBytes64(w)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,367 @@
+package gate
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// seededMap returns an empty Map whose table has a fixed seed, so that
+// its snapshot has fixed bytes.
+func seededMap(slots int, seed uint64) *Map {
+	m := New()
+	m.mu.Lock()
+	m.installLocked(newTableSeeded(slots, seed))
+	m.mu.Unlock()
+	return m
+}
+
+func save(t *testing.T, m *Map, label string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	n, err := m.Save(&buf, []byte(label))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(buf.Len()) {
+		t.Fatalf("Save returned %d bytes, wrote %d", n, buf.Len())
+	}
+	return buf.Bytes()
+}
+
+func load(m *Map, b []byte, accept func([]byte) error) error {
+	return m.Load(bytes.NewReader(b), int64(len(b)), accept)
+}
+
+// TestSnapshotHeaderBytes pins every byte of the header, the label and the
+// header's checksum, and the layout of the body after them.
+func TestSnapshotHeaderBytes(t *testing.T) {
+	m := seededMap(64, 0x0123456789abcdef)
+	for _, err := range []error{
+		m.Set(1, []Episode{{100, OpenEnd}}),              // inline
+		m.Set(2, []Episode{{10, 20}, {30, OpenEnd}}),     // history 0, 2 episodes
+		m.Set(3, []Episode{{5, 6}}),                      // history 1, 1 episode
+		m.Set(4, []Episode{{7, OpenEnd}}), m.Set(4, nil), // used, no episodes
+		m.Set(5, []Episode{{math.MaxUint64 - 1, OpenEnd}}), // history 2: too large to inline
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := save(t, m, "LBL")
+	want := []byte{
+		'c', 'g', 'G', 'A', 'T', 'E', 's', 'n', // magic
+		1, 0, 0, 0, // version
+		3, 0, 0, 0, // label length
+		4, 0, 0, 0, 0, 0, 0, 0, // members: 1, 2, 3, 5
+		64, 0, 0, 0, 0, 0, 0, 0, // slots
+		5, 0, 0, 0, 0, 0, 0, 0, // used: 1 to 5
+		0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, // seed
+		3, 0, 0, 0, 0, 0, 0, 0, // histories
+		4, 0, 0, 0, 0, 0, 0, 0, // episodes: 2 + 1 + 1
+		'L', 'B', 'L', // label
+	}
+	if !bytes.Equal(b[:len(want)], want) {
+		t.Fatalf("header and label:\n got % x\nwant % x", b[:len(want)], want)
+	}
+	sum := binary.LittleEndian.Uint32(b[len(want):])
+	if c := crc32.Checksum(want, castagnoli); sum != c {
+		t.Fatalf("header checksum %08x, want crc32c of the header and label %08x", sum, c)
+	}
+	body := b[len(want)+4:]
+	const slots, filter = 64 * 16, 64
+	histories := (4 + 2*16) + (4 + 16) + (4 + 16)
+	if len(body) != slots+filter+histories+4 {
+		t.Fatalf("body of %d bytes, want %d", len(body), slots+filter+histories+4)
+	}
+	if sum, c := binary.LittleEndian.Uint32(body[len(body)-4:]), crc32.Checksum(body[:len(body)-4], castagnoli); sum != c {
+		t.Fatalf("body checksum %08x, want %08x", sum, c)
+	}
+	// The slot of user 1 holds its id and its state word, LeftAtNs+1.
+	found := false
+	for i := 0; i < slots; i += 16 {
+		if binary.LittleEndian.Uint64(body[i:]) == 1 && binary.LittleEndian.Uint64(body[i+8:]) == 101 {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no slot (1, 101) in the body")
+	}
+	h := body[slots+filter:]
+	wantHist := []uint64{10, 20, 30, OpenEnd}
+	if n := binary.LittleEndian.Uint32(h); n != 2 {
+		t.Fatalf("history 0 has %d episodes, want 2", n)
+	}
+	for i, w := range wantHist {
+		if got := binary.LittleEndian.Uint64(h[4+8*i:]); got != w {
+			t.Errorf("history 0 word %d: %d, want %d", i, got, w)
+		}
+	}
+}
+
+// randomMap fills a Map the way the processor does: many users with one
+// open leave, some with histories, some set again or cleared; growth
+// included.
+func randomMap(rng *rand.Rand, users int) (*Map, map[uint64][]Episode) {
+	m := New()
+	want := make(map[uint64][]Episode)
+	for range users {
+		u := rng.Uint64N(uint64(users) * 2)
+		var eps []Episode
+		switch rng.IntN(10) {
+		case 0: // cleared
+		case 1, 2: // a closed episode, maybe an open one after it
+			eps = []Episode{{rng.Uint64N(1000), 1000 + rng.Uint64N(1000)}}
+			if rng.IntN(2) == 0 {
+				eps = append(eps, Episode{3000, OpenEnd})
+			}
+		case 3:
+			eps = []Episode{{math.MaxUint64 - 1, OpenEnd}}
+		default:
+			eps = []Episode{{rng.Uint64N(1 << 62), OpenEnd}}
+		}
+		if err := m.Set(u, eps); err != nil {
+			panic(err)
+		}
+		want[u] = eps
+	}
+	return m, want
+}
+
+func sameGate(t *testing.T, got *Map, want map[uint64][]Episode, wantLen int) {
+	t.Helper()
+	if got.Len() != wantLen {
+		t.Fatalf("Len %d, want %d", got.Len(), wantLen)
+	}
+	for u, eps := range want {
+		if g := got.Episodes(u, nil); !slices.Equal(g, eps) {
+			t.Fatalf("user %d: episodes %v, want %v", u, g, eps)
+		}
+		for _, e := range eps {
+			if got.Allows(u, e.LeftAtNs) == (e.LeftAtNs < e.RejoinedAtNs) {
+				t.Fatalf("user %d at %d: Allows disagrees with %v", u, e.LeftAtNs, eps)
+			}
+		}
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	for _, users := range []int{0, 1, 47, 48, 1000, 50_000} {
+		rng := rand.New(rand.NewPCG(uint64(users), 1))
+		m, want := randomMap(rng, users)
+		b := save(t, m, "checkpoints")
+		got := New(Capacity(10)) // replaced whole
+		_ = got.Set(math.MaxUint64, []Episode{{1, OpenEnd}})
+		var label []byte
+		if err := load(got, b, func(l []byte) error { label = slices.Clone(l); return nil }); err != nil {
+			t.Fatalf("%d users: %v", users, err)
+		}
+		if string(label) != "checkpoints" {
+			t.Fatalf("label %q", label)
+		}
+		if _, ok := want[math.MaxUint64]; !ok && !got.Allows(math.MaxUint64, 2) {
+			t.Fatal("a user set before the load survived it")
+		}
+		sameGate(t, got, want, m.Len())
+		if got.MemoryBytes() != m.MemoryBytes() {
+			t.Fatalf("MemoryBytes %d, want %d", got.MemoryBytes(), m.MemoryBytes())
+		}
+		// The loaded Map is a Map like any other: it takes Sets and grows,
+		// and saves to the same bytes it was loaded from.
+		if b2 := save(t, got, "checkpoints"); !bytes.Equal(b, b2) {
+			t.Fatal("saving the loaded Map gave other bytes")
+		}
+		for i := range uint64(2000) {
+			u := 1<<40 + i
+			if err := got.Set(u, []Episode{{i, OpenEnd}}); err != nil {
+				t.Fatal(err)
+			}
+			want[u] = []Episode{{i, OpenEnd}}
+		}
+		sameGate(t, got, want, m.Len()+2000)
+	}
+}
+
+func TestSnapshotZeroMap(t *testing.T) {
+	var m Map
+	b := save(t, &m, "")
+	got := New()
+	if err := load(got, b, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != 0 || !got.Allows(1, 1) {
+		t.Fatal("the zero Map's snapshot is not empty")
+	}
+}
+
+// TestSnapshotCorrupt: every single-byte change, every truncation and
+// extra bytes are refused with ErrBadSnapshot, and the Map keeps what it
+// had.
+func TestSnapshotCorrupt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	src, _ := randomMap(rng, 30)
+	b := save(t, src, "L")
+	m := New()
+	_ = m.Set(99, []Episode{{5, OpenEnd}})
+	check := func(what string, data []byte, size int64) {
+		t.Helper()
+		err := m.Load(bytes.NewReader(data), size, nil)
+		if !errors.Is(err, ErrBadSnapshot) {
+			t.Fatalf("%s: error %v, want ErrBadSnapshot", what, err)
+		}
+		if m.Len() != 1 || m.Allows(99, 5) {
+			t.Fatalf("%s: the Map changed", what)
+		}
+	}
+	for i := range b {
+		c := slices.Clone(b)
+		c[i] ^= 1 << (i % 8)
+		check("byte "+itoa(i)+" flipped", c, int64(len(c)))
+	}
+	for n := range len(b) {
+		check("truncated to "+itoa(n), b[:n], int64(n))
+		check("truncated to "+itoa(n)+", size claimed", b[:n], int64(len(b)))
+	}
+	check("a byte more", append(slices.Clone(b), 0), int64(len(b)+1))
+	check("a byte more, size claimed", append(slices.Clone(b), 0), int64(len(b)))
+}
+
+func TestSnapshotRefusedLabel(t *testing.T) {
+	src, _ := randomMap(rand.New(rand.NewPCG(1, 2)), 100)
+	b := save(t, src, "p0=10")
+	m := New()
+	stale := errors.New("stale")
+	err := load(m, b, func(l []byte) error {
+		if string(l) != "p0=11" {
+			return stale
+		}
+		return nil
+	})
+	if !errors.Is(err, stale) || errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("error %v, want the accept func's", err)
+	}
+	if m.Len() != 0 {
+		t.Fatal("a refused snapshot was loaded")
+	}
+}
+
+// TestSnapshotInvariants: contents with good checksums that break the
+// table's invariants are refused.
+func TestSnapshotInvariants(t *testing.T) {
+	m := seededMap(64, 42)
+	_ = m.Set(1, []Episode{{100, OpenEnd}})
+	_ = m.Set(2, []Episode{{10, 20}, {30, OpenEnd}})
+	good := save(t, m, "")
+	bodyAt := headerLen + 4
+	slotOf := func(b []byte, user uint64) int {
+		for i := range 64 {
+			at := bodyAt + 16*i
+			if binary.LittleEndian.Uint64(b[at:]) == user && binary.LittleEndian.Uint64(b[at+8:]) != 0 {
+				return at
+			}
+		}
+		t.Fatalf("no slot of user %d", user)
+		return 0
+	}
+	histAt := bodyAt + 64*16 + 64
+	tests := []struct {
+		name   string
+		change func(b []byte)
+	}{
+		{"moved from its home", func(b []byte) {
+			at := slotOf(b, 1)
+			to := bodyAt + (at-bodyAt+16*7)%(64*16)
+			copy(b[to:to+16], b[at:at+16])
+			clear(b[at : at+16])
+		}},
+		{"key in an empty slot", func(b []byte) {
+			for i := range 64 {
+				at := bodyAt + 16*i
+				if binary.LittleEndian.Uint64(b[at+8:]) == 0 {
+					b[at] = 9
+					return
+				}
+			}
+		}},
+		{"history index out of range", func(b []byte) {
+			binary.LittleEndian.PutUint64(b[slotOf(b, 2)+8:], ovfFlag|5)
+		}},
+		{"episodes out of order", func(b []byte) {
+			binary.LittleEndian.PutUint64(b[histAt+4:], 25) // [25, 20)
+		}},
+		{"members miscounted", func(b []byte) {
+			binary.LittleEndian.PutUint64(b[slotOf(b, 1)+8:], valNone)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := slices.Clone(good)
+			tc.change(b)
+			reseal(b)
+			err := load(New(), b, nil)
+			if !errors.Is(err, ErrBadSnapshot) {
+				t.Fatalf("error %v, want ErrBadSnapshot", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// reseal recomputes both checksums of b in place, where its header says
+// they are; it leaves b alone if the header does not decode.
+func reseal(b []byte) {
+	if len(b) < headerLen {
+		return
+	}
+	h, err := decodeHeader((*[headerLen]byte)(b))
+	if err != nil || int64(len(b)) != h.size() {
+		return
+	}
+	at := headerLen + int(h.labelLen)
+	binary.LittleEndian.PutUint32(b[at:], crc32.Checksum(b[:at], castagnoli))
+	binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[at+4:len(b)-4], castagnoli))
+}
+
+// FuzzLoad feeds Load arbitrary bytes, and the same bytes with their
+// checksums recomputed so that the checks behind them are reached. Load
+// must never panic, and a snapshot it accepts must save to the same bytes.
+func FuzzLoad(f *testing.F) {
+	for _, users := range []int{0, 3, 40} {
+		m, _ := randomMap(rand.New(rand.NewPCG(uint64(users), 3)), users)
+		var buf bytes.Buffer
+		if _, err := m.Save(&buf, []byte("seed")); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(buf.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, b := range [][]byte{data, resealed(data)} {
+			m := New()
+			var label []byte
+			if err := load(m, b, func(l []byte) error { label = slices.Clone(l); return nil }); err != nil {
+				continue
+			}
+			var out bytes.Buffer
+			if _, err := m.Save(&out, label); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(out.Bytes(), b) {
+				t.Fatal("an accepted snapshot saves to other bytes")
+			}
+		}
+	})
+}
+
+func resealed(data []byte) []byte {
+	b := slices.Clone(data)
+	reseal(b)
+	return b
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
