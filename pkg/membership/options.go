@@ -29,9 +29,15 @@ type Options struct {
 
 	// Logger receives Pebble's log lines (Info and Error levels). Default: a
 	// logger that discards everything, so that opening a store prints
-	// nothing. Pebble calls Fatalf only for errors it cannot continue from;
-	// the store logs those at Error level and then panics with the message,
-	// as Pebble requires that Fatalf not return.
+	// nothing. Pebble calls Fatalf only for errors it cannot continue from
+	// (a failed write or sync of its write-ahead log or MANIFEST); the
+	// store logs those at Error level and then panics, as Pebble requires
+	// that Fatalf not return. When the failure happens inside a call of the
+	// store (a Commit, say), the store recovers the panic and the call
+	// returns an error wrapping ErrFailed; when it happens in one of
+	// Pebble's background jobs (a flush or compaction writing its
+	// MANIFEST), nothing can recover it and the panic, which names the
+	// store's directory, ends the process.
 	Logger *slog.Logger
 
 	// CacheSize is the size in bytes of Pebble's block cache. Default
@@ -72,11 +78,11 @@ func (o *Options) Validate() error {
 }
 
 // pebbleOptions returns the Pebble options for o, which has been defaulted.
-func (o *Options) pebbleOptions() *pebble.Options {
+func (o *Options) pebbleOptions(dir string) *pebble.Options {
 	return &pebble.Options{
 		FS:        o.FS,
 		CacheSize: o.CacheSize,
-		Logger:    pebbleLogger{o.Logger},
+		Logger:    pebbleLogger{l: o.Logger, dir: dir},
 	}
 }
 
@@ -90,7 +96,10 @@ func (o *Options) writeOptions() *pebble.WriteOptions {
 
 // pebbleLogger routes Pebble's printf-style logging to slog, formatting only
 // what the handler will keep.
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l   *slog.Logger
+	dir string // the store's, for its fatal errors
+}
 
 var _ pebble.Logger = pebbleLogger{}
 
@@ -108,10 +117,20 @@ func (p pebbleLogger) Infof(format string, args ...any) { p.logf(slog.LevelDebug
 // Errorf implements pebble.Logger.
 func (p pebbleLogger) Errorf(format string, args ...any) { p.logf(slog.LevelError, format, args) }
 
-// Fatalf implements pebble.Logger. Pebble calls it when it cannot go on (for
-// example on corruption found in the background) and expects it not to
-// return; panicking rather than exiting lets the process's own handlers run.
+// Fatalf implements pebble.Logger. Pebble calls it when it cannot go on (a
+// failed write or sync of its write-ahead log, corruption found in the
+// background) and expects it not to return. It panics with a *fatalError,
+// which a call of the store recovers (Store.guard) and a background job of
+// Pebble cannot: panicking rather than exiting lets the process's own
+// handlers run.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.logf(slog.LevelError, format, args)
-	panic(fmt.Sprintf("membership: pebble fatal: "+format, args...))
+	f := &fatalError{dir: p.dir, msg: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			f.cause = err
+			break
+		}
+	}
+	panic(f)
 }
