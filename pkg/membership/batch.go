@@ -310,7 +310,7 @@ func (b *Batch) Commit() error {
 // commit commits the Pebble batch, turning a Pebble fatal error into the
 // store's failure.
 func (b *Batch) commit() (err error) {
-	defer b.s.guard("commit", &err)
+	defer b.s.guardBare(&err)
 	switch {
 	case b.outbox:
 		return b.s.commitOutbox(b.pb)

@@ -64,6 +64,9 @@ type StorageError struct {
 
 // Error implements error.
 func (e *StorageError) Error() string {
+	if f, ok := e.Err.(*fatalError); ok { // its own text names the directory too
+		return fmt.Sprintf("membership: %s in %s: store failed: %s", e.Op, e.Dir, f.msg)
+	}
 	return fmt.Sprintf("membership: %s in %s: %v", e.Op, e.Dir, e.Err)
 }
 
@@ -79,7 +82,9 @@ type fatalError struct {
 	cause error
 }
 
-func (e *fatalError) Error() string { return "pebble fatal error in " + e.dir + ": " + e.msg }
+// Error says which store failed: it is the message of the panic that ends
+// the process when no call of the store recovers it.
+func (e *fatalError) Error() string { return "membership: store in " + e.dir + " failed: " + e.msg }
 
 func (e *fatalError) Unwrap() error { return e.cause }
 

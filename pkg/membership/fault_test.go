@@ -541,8 +541,9 @@ func TestFaultRestoring(t *testing.T) {
 }
 
 // panicNames reports whether out has a panic whose message names dir and
-// says what failed: the store's own (a *fatalError) or one Pebble raises
-// itself (a failed sync of the directory, in atomicfs).
+// says what failed: the store's own ("membership: store in <dir> failed:
+// ...") or one Pebble raises itself (a failed sync of the directory, in
+// atomicfs).
 func panicNames(out []byte, dir string, cause error) bool {
 	i := bytes.Index(out, []byte("\npanic: "))
 	if i < 0 {

@@ -108,16 +108,28 @@ func (s *Store) usable(op string) error {
 // marks the store failed and makes it the call's error, an error of op
 // wrapping ErrFailed. Any other panic goes on.
 func (s *Store) guard(op string, err *error) {
-	r := recover()
-	if r == nil {
-		return
+	if r := recover(); r != nil {
+		*err = s.storageErr(op, s.fail(r))
 	}
+}
+
+// guardBare is guard for a call whose caller wraps the error: the error is
+// the *fatalError itself.
+func (s *Store) guardBare(err *error) {
+	if r := recover(); r != nil {
+		*err = s.fail(r)
+	}
+}
+
+// fail marks the store failed by the *fatalError r, or panics again with r
+// if it is something else.
+func (s *Store) fail(r any) *fatalError {
 	f, ok := r.(*fatalError)
 	if !ok {
 		panic(r)
 	}
 	s.failed.CompareAndSwap(nil, f)
-	*err = s.storageErr(op, f)
+	return f
 }
 
 // checkFormat stamps an empty store with formatVersion, or checks the stamp of
