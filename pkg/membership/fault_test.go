@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -455,7 +456,7 @@ func faultStore[F vfs.FS](t *testing.T, fs F, dir string, work []faultBatch) (F,
 // restore every member, read its checkpoint and its outbox. It returns the
 // first error and the store, open or nil.
 func startUp(fs vfs.FS, dir string) (*Store, int, error) {
-	s, err := Open(dir, &Options{FS: fs, CacheSize: 64 << 10})
+	s, err := Open(dir, &Options{FS: fs, CacheSize: 64 << 10, BackgroundFailureTimeout: 500 * time.Millisecond})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -614,5 +615,95 @@ func TestFaultCommitIsAnError(t *testing.T) {
 	}
 	if err := s.Close(); !errors.Is(err, ErrFailed) {
 		t.Fatalf("Close = %v, want the store's failure again", err)
+	}
+}
+
+// sstFull fails every write of a table with ENOSPC while on: a disk that
+// has room left in the log's reserved space, none for a flush.
+type sstFull struct{ on atomic.Bool }
+
+func (f *sstFull) String() string { return "no space for tables" }
+
+func (f *sstFull) MaybeError(op errorfs.Op) error {
+	if f.on.Load() && strings.HasSuffix(op.Path, ".sst") && op.Kind != errorfs.OpFileRead && op.Kind != errorfs.OpFileReadAt &&
+		op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+		return &fs.PathError{Op: opName(op.Kind), Path: op.Path, Err: syscall.ENOSPC}
+	}
+	return nil
+}
+
+// TestFaultBackgroundFlushFailsStore: a flush that keeps failing (no room
+// for tables) fails the store once BackgroundFailureTimeout has passed,
+// both under an Open, which waits for the flush of the log it found, and
+// under a running store. Pebble retries the flush without end: Open never
+// returned, and a running store only stalled once its memtables were full.
+func TestFaultBackgroundFlushFailsStore(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	full := &sstFull{}
+	opts := &Options{FS: errorfs.Wrap(mem, full), BackgroundFailureTimeout: 300 * time.Millisecond}
+	s, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t)(s.Leave(1, 100))
+
+	// Running: a flush starts and keeps failing; then calls fail.
+	full.on.Store(true)
+	_, _ = s.db.AsyncFlush()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.Leave(2, 100)
+		if errors.Is(err, ErrFailed) {
+			checkStorageError(t, err, "db", faultKinds[3], nil)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Leave 10s into a flush that keeps failing = %v, want the store failed", err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
+	}
+	if err := closeWithin(t, s); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Close = %v, want the failure", err)
+	}
+
+	// Opening, in another process (a copy of the files: the failed
+	// store's Pebble keeps its lock while its flush fails): the log holds
+	// user 1's leave, whose flush keeps failing.
+	mem = copyFS(mem)
+	opts.FS = errorfs.Wrap(mem, full)
+	done := make(chan error, 1)
+	go func() {
+		s, err := Open("db", opts)
+		if err == nil {
+			err = errors.Join(errors.New("opened"), s.Close())
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrFailed) {
+			t.Fatalf("Open with no room for tables = %v, want the store failed", err)
+		}
+		checkStorageError(t, err, "db", faultKinds[3], nil)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Open with no room for tables has not returned in 10s")
+	}
+
+	// Room again: Pebble finishes the abandoned open and the store closes
+	// it; then the store opens with everything in it.
+	full.on.Store(false)
+	var after *Store
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if after, err = Open("db", &Options{FS: mem}); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the abandoned open releasing its lock
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	if m, err := after.Status(1); err != nil || m.Status != Left {
+		t.Fatalf("user 1 after the disk has room again: %+v, %v", m, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -43,7 +44,19 @@ type Options struct {
 	// CacheSize is the size in bytes of Pebble's block cache. Default
 	// DefaultCacheSize; must not be negative.
 	CacheSize int64
+
+	// BackgroundFailureTimeout is how long Pebble's background flushes and
+	// compactions may keep failing (a full disk, say) before the store
+	// fails (ErrFailed): Pebble retries them without end, and without a
+	// flush an Open never returns and a running store ends up stalling
+	// every commit. Default DefaultBackgroundFailureTimeout; must not be
+	// negative.
+	BackgroundFailureTimeout time.Duration
 }
+
+// DefaultBackgroundFailureTimeout is the BackgroundFailureTimeout used when
+// it is 0.
+const DefaultBackgroundFailureTimeout = 10 * time.Second
 
 // EnsureDefaults fills in the zero fields of o with their defaults and
 // returns o. A nil o is allocated.
@@ -60,6 +73,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.CacheSize == 0 {
 		o.CacheSize = DefaultCacheSize
 	}
+	if o.BackgroundFailureTimeout == 0 {
+		o.BackgroundFailureTimeout = DefaultBackgroundFailureTimeout
+	}
 	return o
 }
 
@@ -73,16 +89,19 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: Options.Logger is nil", ErrInvalid)
 	case o.CacheSize < 0:
 		return fmt.Errorf("%w: Options.CacheSize is %d, want >= 0", ErrInvalid, o.CacheSize)
+	case o.BackgroundFailureTimeout < 0:
+		return fmt.Errorf("%w: Options.BackgroundFailureTimeout is %v, want >= 0", ErrInvalid, o.BackgroundFailureTimeout)
 	}
 	return nil
 }
 
 // pebbleOptions returns the Pebble options for o, which has been defaulted.
-func (o *Options) pebbleOptions(dir string) *pebble.Options {
+func (o *Options) pebbleOptions(dir string, bg *background) *pebble.Options {
 	return &pebble.Options{
-		FS:        o.FS,
-		CacheSize: o.CacheSize,
-		Logger:    pebbleLogger{l: o.Logger, dir: dir},
+		FS:            o.FS,
+		CacheSize:     o.CacheSize,
+		Logger:        pebbleLogger{l: o.Logger, dir: dir},
+		EventListener: bg.listener(),
 	}
 }
 

@@ -20,6 +20,8 @@ type Store struct {
 	// failed is the *fatalError of the storage failure the store met, nil
 	// while there was none: see ErrFailed.
 	failed atomic.Pointer[fatalError]
+	// bgFailed is closed when Pebble's background jobs failed the store.
+	bgFailed <-chan struct{}
 
 	// claims enforces that no two open batches change the same user.
 	claims struct {
@@ -68,12 +70,48 @@ func Open(dir string, opts *Options) (*Store, error) {
 // open opens s's Pebble database and checks it. A Pebble fatal error on
 // the way is an error like any other: the half-open database is left to
 // the garbage collector, as Close could not finish on it.
+//
+// pebble.Open runs in a goroutine of its own, because it does not return
+// while the flush of the log it found keeps failing: when the store fails
+// meanwhile (see background), Open returns the failure and leaves that
+// goroutine to close the database should it ever open.
 func (s *Store) open() (err error) {
-	defer s.guard("open", &err)
-	db, err := pebble.Open(s.dir, s.opts.pebbleOptions(s.dir))
-	if err != nil {
-		return s.storageErr("open", err)
+	bg := newBackground(s.dir, s.opts.BackgroundFailureTimeout, s.opts.Logger, func(f *fatalError) {
+		s.failed.CompareAndSwap(nil, f)
+	})
+	s.bgFailed = bg.failed
+	type opened struct {
+		db  *pebble.DB
+		err error
 	}
+	done := make(chan opened, 1)
+	go func() {
+		var o opened
+		defer func() { done <- o }()
+		defer s.guard("open", &o.err)
+		o.db, o.err = pebble.Open(s.dir, s.opts.pebbleOptions(s.dir, bg))
+	}()
+	var o opened
+	select {
+	case o = <-done:
+	case <-bg.failed:
+		go func() {
+			if o := <-done; o.err == nil {
+				defer s.guard("close", new(error))
+				_ = o.db.Close()
+			}
+		}()
+		return s.storageErr("open", s.failed.Load())
+	}
+	if o.err != nil {
+		var se *StorageError
+		if errors.As(o.err, &se) {
+			return o.err
+		}
+		return s.storageErr("open", o.err)
+	}
+	defer s.guard("open", &err)
+	db := o.db
 	if err := checkFormat(db); err != nil {
 		return errors.Join(s.storageErr("open", err), db.Close())
 	}
@@ -189,7 +227,17 @@ func (s *Store) Close() (err error) {
 		return ErrClosed
 	}
 	defer s.guard("close", &err)
-	err = s.db.Close()
+	select {
+	case <-s.bgFailed:
+		// Pebble's Close waits for the job that keeps failing: let it
+		// close, should the job ever end, and report the failure now.
+		go func() {
+			defer s.guard("close", new(error))
+			_ = s.db.Close()
+		}()
+	default:
+		err = s.db.Close()
+	}
 	if f := s.failed.Load(); f != nil {
 		return s.storageErr("close", f) // what Close met follows from it
 	}
