@@ -461,3 +461,163 @@ func TestStorageFaultWhileRestoring(t *testing.T) {
 	run.judge(t)
 	run.sameState(t, pr)
 }
+
+// mountTmpfs mounts a tmpfs of size bytes in a new temporary directory and
+// unmounts it when the test ends; it skips the test where mounting is not
+// allowed.
+func mountTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(size)); err != nil {
+		t.Skipf("a full file system needs a tmpfs of its own, and mounting one is not allowed here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fill writes a file in dir until the file system is full, and returns its
+// name.
+func fill(t *testing.T, dir string) string {
+	t.Helper()
+	name := dir + "/filler"
+	f, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	block := make([]byte, 64<<10)
+	for i := 0; ; i++ {
+		if i > 1<<14 {
+			t.Fatalf("%s: written %d blocks and not full", dir, i)
+		}
+		if _, err := f.Write(block); errors.Is(err, syscall.ENOSPC) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for len(block) > 1 { // the last pages
+		if _, err := f.Write(block); err != nil {
+			block = block[:len(block)/2]
+		}
+	}
+	return name
+}
+
+// TestStorageFullDisk runs the processor with its data dir on a tmpfs of
+// its own and fills the file system, first under a running processor that
+// applies leaves, then before it starts again, and checks the outcome the
+// injected faults have: no signal of a user who left is forwarded, a store
+// that cannot write stops the processor (or keeps it from starting) with
+// an error naming the directory and the full disk, and once space is freed
+// a restart on the same data loses nothing and leaks nothing.
+//
+// A running store keeps committing on a full disk for a while: Pebble
+// reserves its log's space (4.4 MB) when it starts one, and only a flush
+// of a full memtable needs more; so the first phase usually ends with the
+// leaves applied, which the test accepts and logs.
+func TestStorageFullDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mounts a file system; not in -short")
+	}
+	mnt := mountTmpfs(t, 8<<20)
+	dir := mnt + "/membership"
+	e := newEnv(t, 2)
+	run := &storageRun{e: e, forward: make(map[string]bool)}
+	for u := uint64(1); u <= 12; u++ {
+		run.users = append(run.users, u)
+	}
+	cfg := e.config()
+	open := func() (*membership.Store, error) {
+		return membership.Open(dir, &membership.Options{BackgroundFailureTimeout: 2 * time.Second})
+	}
+	checkFull := func(err error) {
+		t.Helper()
+		var se *membership.StorageError
+		if !errors.As(err, &se) || se.Dir != dir || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), dir) {
+			t.Fatalf("on a full disk: %v, want the store's error naming %s and ENOSPC", err, dir)
+		}
+		t.Logf("on a full disk: %v", err)
+	}
+	leave := func(u uint64) {
+		at := time.Now().Truncate(time.Millisecond)
+		e.command(topics.Leave, u, at)
+		run.signal(u, at.Add(time.Millisecond), false)
+		run.signal(u+6, time.Now(), true)
+	}
+
+	store, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := e.startOn(store, cfg)
+	pr.waitReady(t, 2)
+	for _, u := range run.users {
+		run.signal(u, time.Now(), true)
+	}
+	for u := uint64(9); u <= 12; u++ {
+		e.command(topics.Leave, u, time.Now().Add(-time.Hour))
+		e.command(topics.Rejoin, u, time.Now().Add(-time.Hour/2))
+	}
+	waitApplied(t, "active", 1, []uint64{9, 10, 11, 12}, pr)
+	e.waitDecided()
+
+	// The disk fills under the running processor.
+	filler := fill(t, mnt)
+	for u := uint64(1); u <= 3; u++ {
+		leave(u)
+	}
+	eventually(t, 60*time.Second, func() error {
+		select {
+		case err := <-pr.done:
+			pr.done <- err
+			checkFull(err)
+			return nil
+		default:
+		}
+		for u := uint64(1); u <= 3; u++ {
+			if m, err := pr.Member(u); err != nil || m.Status != "left" {
+				return fmt.Errorf("user %d: neither applied nor halted: %+v %v", u, m, err)
+			}
+		}
+		t.Log("leaves applied on the full disk: the store's log had its space reserved")
+		return nil
+	})
+	_ = pr.stop(t)
+
+	// A start on the full disk.
+	for u := uint64(4); u <= 6; u++ {
+		leave(u)
+	}
+	if store, err := open(); err != nil {
+		checkFull(err)
+	} else {
+		pr := e.startOn(store, cfg)
+		select {
+		case err := <-pr.done:
+			pr.done <- err
+			checkFull(err)
+		case <-time.After(60 * time.Second):
+			t.Fatal("processor still running 60s after it started on a full disk")
+		}
+		_ = pr.stop(t)
+	}
+
+	// Space freed: a restart on the same data. A store that gave up
+	// opening lets Pebble finish in the background, then closes it.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		store, err = open()
+		return err
+	})
+	pr = e.startOn(store, cfg)
+	e.waitDecided()
+	run.judge(t)
+	run.sameState(t, pr)
+}
