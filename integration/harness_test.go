@@ -151,6 +151,12 @@ func (e *env) start(dir string, cfg fanout.Config) *proc {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return e.startOn(store, cfg)
+}
+
+// startOn is start over an open store, which the processor's stop closes.
+func (e *env) startOn(store *membership.Store, cfg fanout.Config) *proc {
+	e.t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 	if testing.Verbose() {

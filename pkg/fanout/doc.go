@@ -125,6 +125,15 @@
 // Without ExactlyOnce, offsets are committed after everything the cycle
 // produced is acknowledged: at least once.
 //
+// A store error halts the processor; nothing retries it. The commands side
+// returns it (a batch that cannot be read or committed), and so does a
+// start that cannot restore the gate; the signals loop halts on a store
+// that failed under the delete of delivered outbox entries. The error is
+// the store's *membership.StorageError, naming its directory, the
+// operation and the file system's error. Signals waiting for the commands
+// it could not apply are never decided: a restart restores from the store
+// and applies the commands again from the checkpoint committed with it.
+//
 // Records found in a partition other than their key's murmur2 partition
 // (producers using librdkafka's default CRC32 partitioner) are re-published
 // to the right partition of the same topic and counted, never applied or

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
+	"github.com/cohortgate/cohortgate/pkg/membership"
 )
 
 // loop is the signals side: one goroutine that owns a session and the
@@ -473,7 +474,13 @@ func (l *loop) delivered() {
 	if n == 0 {
 		return
 	}
-	if err := l.outbox.delivered(l.inflight[n-1].seq); err != nil {
+	err := l.outbox.delivered(l.inflight[n-1].seq)
+	switch {
+	case errors.Is(err, membership.ErrFailed):
+		// The store can no longer write: the commands side would halt at
+		// its next batch; halting now says so without waiting for one.
+		l.halt(fmt.Errorf("unable to clear delivered outbox entries: %w", err))
+	case err != nil:
 		// Delivered but still stored: produced again after a restart.
 		// Changelog records are idempotent by key; DLQ records carry
 		// their source offset.

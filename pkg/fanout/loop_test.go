@@ -1,10 +1,15 @@
 package fanout
 
 import (
+	"errors"
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/pkg/membership"
 )
 
 // TestRewindOffsets pins where an aborted cycle sends each partition back.
@@ -35,5 +40,29 @@ func TestRewindOffsets(t *testing.T) {
 				t.Fatalf("rewindOffsets = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// failedOutbox is an outbox store whose deletes meet a failed store.
+type failedOutbox struct{}
+
+func (failedOutbox) Outbox(func(uint64, []byte) error) error { return nil }
+
+func (failedOutbox) DeleteOutbox(through uint64) error {
+	return &membership.StorageError{Dir: "data/membership", Op: fmt.Sprintf("delete outbox through %d", through),
+		Err: fmt.Errorf("write data/membership/000004.log: %w", membership.ErrFailed)}
+}
+
+// TestDeliveredHaltsOnFailedStore: a store that failed under the delete of
+// delivered outbox entries halts the processor with the store's error. It
+// was logged as a warning, and the processor went on forwarding, reporting
+// ready, over a store that could no longer write, until a command came.
+func TestDeliveredHaltsOnFailedStore(t *testing.T) {
+	var halted error
+	l := &loop{cfg: (&Config{}).EnsureDefaults(), outbox: &outbox{store: failedOutbox{}},
+		halt: func(err error) { halted = err }, inflight: []outboxItem{{seq: 7}}}
+	l.delivered()
+	if !errors.Is(halted, membership.ErrFailed) || !strings.Contains(fmt.Sprint(halted), "data/membership") {
+		t.Fatalf("halted with %v, want the store's failure naming its directory", halted)
 	}
 }

@@ -62,13 +62,14 @@ func (b *Batch) Rejoin(userID, atNs uint64) (Change, error) {
 // again, it is a duplicate rather than an error): the batch stays usable
 // and committing it records that the command was seen. Any other error
 // leaves the batch as it was.
-func (b *Batch) Apply(c Command) (Change, error) {
+func (b *Batch) Apply(c Command) (_ Change, err error) {
 	if err := b.claim(c.UserID); err != nil {
 		return Change{}, err
 	}
+	defer b.s.guard(fmt.Sprintf("apply %v of user %d at %d", c.Op, c.UserID, c.AtNs), &err)
 	before, err := readMember(b.pb, c.UserID, &b.bounds)
 	if err != nil {
-		return Change{}, fmt.Errorf("membership: read user %d: %w", c.UserID, err)
+		return Change{}, b.s.storageErr(fmt.Sprintf("read user %d", c.UserID), err)
 	}
 	idKey := appendIdentityKey(b.keyBuf[:0], c)
 	switch _, closer, err := b.pb.Get(idKey); {
@@ -77,7 +78,7 @@ func (b *Batch) Apply(c Command) (Change, error) {
 		b.n++
 		return Change{Before: before, After: before, Duplicate: true}, nil
 	case !errors.Is(err, pebble.ErrNotFound):
-		return Change{}, fmt.Errorf("membership: read identity of %v of user %d at %d: %w", c.Op, c.UserID, c.AtNs, err)
+		return Change{}, b.s.storageErr(fmt.Sprintf("read identity of %v of user %d at %d", c.Op, c.UserID, c.AtNs), err)
 	}
 	ch, refused := transition(before, c.Op, c.AtNs)
 	if refused != nil && !errors.Is(refused, ErrRejoinBeforeLeave) {
@@ -104,10 +105,7 @@ func (b *Batch) usable() error {
 	if b.done {
 		return ErrBatchDone
 	}
-	if b.s.closed.Load() {
-		return ErrClosed
-	}
-	return nil
+	return b.s.usable("use batch")
 }
 
 // claim checks that the batch is usable and claims userID for it.
@@ -121,13 +119,14 @@ func (b *Batch) claim(userID uint64) error {
 // Member returns userID's records as the batch would commit them: the
 // committed records with the batch's own writes applied. It claims the user.
 // The member's slices are the caller's.
-func (b *Batch) Member(userID uint64) (Member, error) {
+func (b *Batch) Member(userID uint64) (_ Member, err error) {
 	if err := b.claim(userID); err != nil {
 		return Member{}, err
 	}
+	defer b.s.guard(fmt.Sprintf("read user %d", userID), &err)
 	m, err := readMember(b.pb, userID, &b.bounds)
 	if err != nil {
-		return Member{}, fmt.Errorf("membership: read user %d: %w", userID, err)
+		return Member{}, b.s.storageErr(fmt.Sprintf("read user %d", userID), err)
 	}
 	return m, nil
 }
@@ -144,10 +143,11 @@ func (b *Batch) Member(userID uint64) (Member, error) {
 // the window was seen). A window of the same leave that is already recorded
 // is merged: the later ForwardedThroughNs, exact only if both are. Recording a window
 // that adds nothing writes nothing.
-func (b *Batch) RecordLateLeave(userID uint64, w LateLeave) error {
+func (b *Batch) RecordLateLeave(userID uint64, w LateLeave) (err error) {
 	if err := b.usable(); err != nil {
 		return err
 	}
+	defer b.s.guard(fmt.Sprintf("record late leave of user %d", userID), &err)
 	if w.ForwardedThroughNs < w.LeftAtNs {
 		return errInvalidf("late leave of user %d at %d: forwarded through %d, before the leave", userID, w.LeftAtNs, w.ForwardedThroughNs)
 	}
@@ -156,7 +156,7 @@ func (b *Batch) RecordLateLeave(userID uint64, w LateLeave) error {
 	}
 	m, err := readMember(b.pb, userID, &b.bounds)
 	if err != nil {
-		return fmt.Errorf("membership: read user %d: %w", userID, err)
+		return b.s.storageErr(fmt.Sprintf("read user %d", userID), err)
 	}
 	start, ok := m.episodeStart(w.LeftAtNs)
 	if !ok {
@@ -286,23 +286,36 @@ func (b *Batch) Len() int { return b.n }
 // Commit writes the batch to the store, all or nothing, synced unless
 // Options.NoSync. An empty batch writes nothing. The batch is done
 // afterwards, whatever the result; its claims are released.
+//
+// A failed write or sync fails the store (ErrFailed): the error is a
+// *StorageError naming the store's directory, and the batch is in the
+// store, after a reopen, in full or not at all.
 func (b *Batch) Commit() error {
 	if b.done {
 		return ErrBatchDone
 	}
-	if b.s.closed.Load() {
-		return ErrClosed
+	op := fmt.Sprintf("commit batch of %d commands", b.n)
+	if err := b.s.usable(op); err != nil {
+		b.finish()
+		return err
 	}
-	var err error
-	switch {
-	case b.outbox:
-		err = b.s.commitOutbox(b.pb)
-	case !b.pb.Empty():
-		err = b.pb.Commit(b.s.writeOpt)
-	}
+	err := b.commit()
 	b.finish()
 	if err != nil {
-		return fmt.Errorf("membership: commit batch of %d commands: %w", b.n, err)
+		return b.s.storageErr(op, err)
+	}
+	return nil
+}
+
+// commit commits the Pebble batch, turning a Pebble fatal error into the
+// store's failure.
+func (b *Batch) commit() (err error) {
+	defer b.s.guardBare(&err)
+	switch {
+	case b.outbox:
+		return b.s.commitOutbox(b.pb)
+	case !b.pb.Empty():
+		return b.pb.Commit(b.s.writeOpt)
 	}
 	return nil
 }

@@ -124,6 +124,22 @@
 // the processor rebuilds the state from the commands topic into an empty
 // directory.
 //
+// # Storage faults
+//
+// An error of the storage under the store (the file system refused a read,
+// write or sync, the disk is full) is a [*StorageError] naming the store's
+// directory and what the store was doing, with the file system's error,
+// which names the file, inside. A read that fails fails its call only. A
+// write or sync of the log that fails, or a flush that keeps failing for
+// Options.BackgroundFailureTimeout, fails the store ([ErrFailed]): Pebble
+// cannot go on from it, so that call and every later one fail, and the
+// store must be closed and opened again once the disk is fixed. Nothing is
+// lost: every batch whose Commit returned nil is in the store reopened, and
+// the batch that failed is there in full or not at all. A failure Pebble
+// meets in a background job of its own, outside any call (writing its
+// MANIFEST), cannot be returned: it ends the process with a panic that
+// names the directory.
+//
 // # Concurrency
 //
 // A [Store] is safe for concurrent use, except that Close must not race with

@@ -38,7 +38,57 @@ var (
 	// ErrBatchDone is returned by methods of a Batch that was already
 	// committed or closed.
 	ErrBatchDone = errors.New("membership: batch already committed or closed")
+
+	// ErrFailed is wrapped by the errors of a store that met a storage
+	// failure Pebble cannot continue from (a write or sync of its
+	// write-ahead log that failed, a full disk): the call that met it and
+	// every later call fail with a *StorageError wrapping ErrFailed, since
+	// Pebble's commit pipeline is broken and its memory may hold writes
+	// that are not durable. Close the store and open it again once the
+	// disk is fixed: every batch whose Commit returned nil is there, and
+	// the one that failed is there in full or not at all.
+	ErrFailed = errors.New("membership: store failed")
 )
+
+// StorageError is an error the store met reading or writing its
+// directory: the file system refused a read, write or sync, a record did
+// not decode, or Pebble failed. It names the store's directory and what
+// the store was doing; Err, which it wraps, is the cause, which for an
+// error of the operating system names the file and the system call (an
+// *fs.PathError, which errors.Is matches against syscall.ENOSPC, say).
+type StorageError struct {
+	Dir string // the store's directory, as given to Open
+	Op  string // what the store was doing, e.g. "commit batch of 3 commands"
+	Err error
+}
+
+// Error implements error.
+func (e *StorageError) Error() string {
+	if f, ok := e.Err.(*fatalError); ok { // its own text names the directory too
+		return fmt.Sprintf("membership: %s in %s: store failed: %s", e.Op, e.Dir, f.msg)
+	}
+	return fmt.Sprintf("membership: %s in %s: %v", e.Op, e.Dir, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *StorageError) Unwrap() error { return e.Err }
+
+// fatalError is what the store's Pebble logger panics with when Pebble
+// calls Fatalf: Pebble's message, and the first error among its
+// arguments. It matches ErrFailed.
+type fatalError struct {
+	dir   string
+	msg   string
+	cause error
+}
+
+// Error says which store failed: it is the message of the panic that ends
+// the process when no call of the store recovers it.
+func (e *fatalError) Error() string { return "membership: store in " + e.dir + " failed: " + e.msg }
+
+func (e *fatalError) Unwrap() error { return e.cause }
+
+func (e *fatalError) Is(target error) bool { return target == ErrFailed }
 
 // CorruptError describes a stored record that failed to decode. It matches
 // ErrCorrupt with errors.Is.

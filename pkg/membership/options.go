@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -29,15 +30,33 @@ type Options struct {
 
 	// Logger receives Pebble's log lines (Info and Error levels). Default: a
 	// logger that discards everything, so that opening a store prints
-	// nothing. Pebble calls Fatalf only for errors it cannot continue from;
-	// the store logs those at Error level and then panics with the message,
-	// as Pebble requires that Fatalf not return.
+	// nothing. Pebble calls Fatalf only for errors it cannot continue from
+	// (a failed write or sync of its write-ahead log or MANIFEST); the
+	// store logs those at Error level and then panics, as Pebble requires
+	// that Fatalf not return. When the failure happens inside a call of the
+	// store (a Commit, say), the store recovers the panic and the call
+	// returns an error wrapping ErrFailed; when it happens in one of
+	// Pebble's background jobs (a flush or compaction writing its
+	// MANIFEST), nothing can recover it and the panic, which names the
+	// store's directory, ends the process.
 	Logger *slog.Logger
 
 	// CacheSize is the size in bytes of Pebble's block cache. Default
 	// DefaultCacheSize; must not be negative.
 	CacheSize int64
+
+	// BackgroundFailureTimeout is how long Pebble's background flushes and
+	// compactions may keep failing (a full disk, say) before the store
+	// fails (ErrFailed): Pebble retries them without end, and without a
+	// flush an Open never returns and a running store ends up stalling
+	// every commit. Default DefaultBackgroundFailureTimeout; must not be
+	// negative.
+	BackgroundFailureTimeout time.Duration
 }
+
+// DefaultBackgroundFailureTimeout is the BackgroundFailureTimeout used when
+// it is 0.
+const DefaultBackgroundFailureTimeout = 10 * time.Second
 
 // EnsureDefaults fills in the zero fields of o with their defaults and
 // returns o. A nil o is allocated.
@@ -54,6 +73,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.CacheSize == 0 {
 		o.CacheSize = DefaultCacheSize
 	}
+	if o.BackgroundFailureTimeout == 0 {
+		o.BackgroundFailureTimeout = DefaultBackgroundFailureTimeout
+	}
 	return o
 }
 
@@ -67,16 +89,19 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: Options.Logger is nil", ErrInvalid)
 	case o.CacheSize < 0:
 		return fmt.Errorf("%w: Options.CacheSize is %d, want >= 0", ErrInvalid, o.CacheSize)
+	case o.BackgroundFailureTimeout < 0:
+		return fmt.Errorf("%w: Options.BackgroundFailureTimeout is %v, want >= 0", ErrInvalid, o.BackgroundFailureTimeout)
 	}
 	return nil
 }
 
 // pebbleOptions returns the Pebble options for o, which has been defaulted.
-func (o *Options) pebbleOptions() *pebble.Options {
+func (o *Options) pebbleOptions(dir string, bg *background) *pebble.Options {
 	return &pebble.Options{
-		FS:        o.FS,
-		CacheSize: o.CacheSize,
-		Logger:    pebbleLogger{o.Logger},
+		FS:            o.FS,
+		CacheSize:     o.CacheSize,
+		Logger:        pebbleLogger{l: o.Logger, dir: dir},
+		EventListener: bg.listener(),
 	}
 }
 
@@ -90,7 +115,10 @@ func (o *Options) writeOptions() *pebble.WriteOptions {
 
 // pebbleLogger routes Pebble's printf-style logging to slog, formatting only
 // what the handler will keep.
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l   *slog.Logger
+	dir string // the store's, for its fatal errors
+}
 
 var _ pebble.Logger = pebbleLogger{}
 
@@ -108,10 +136,20 @@ func (p pebbleLogger) Infof(format string, args ...any) { p.logf(slog.LevelDebug
 // Errorf implements pebble.Logger.
 func (p pebbleLogger) Errorf(format string, args ...any) { p.logf(slog.LevelError, format, args) }
 
-// Fatalf implements pebble.Logger. Pebble calls it when it cannot go on (for
-// example on corruption found in the background) and expects it not to
-// return; panicking rather than exiting lets the process's own handlers run.
+// Fatalf implements pebble.Logger. Pebble calls it when it cannot go on (a
+// failed write or sync of its write-ahead log, corruption found in the
+// background) and expects it not to return. It panics with a *fatalError,
+// which a call of the store recovers (Store.guard) and a background job of
+// Pebble cannot: panicking rather than exiting lets the process's own
+// handlers run.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.logf(slog.LevelError, format, args)
-	panic(fmt.Sprintf("membership: pebble fatal: "+format, args...))
+	f := &fatalError{dir: p.dir, msg: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			f.cause = err
+			break
+		}
+	}
+	panic(f)
 }

@@ -90,13 +90,14 @@ func outboxBounds() *pebble.IterOptions {
 // order, from one consistent view of the store. value is only valid during
 // the call. Outbox stops at the first error of fn, or at a corrupt entry (an
 // error wrapping ErrCorrupt that names the key, before fn sees it).
-func (s *Store) Outbox(fn func(seq uint64, value []byte) error) error {
-	if s.closed.Load() {
-		return ErrClosed
+func (s *Store) Outbox(fn func(seq uint64, value []byte) error) (err error) {
+	if err := s.usable("read outbox"); err != nil {
+		return err
 	}
+	defer s.guard("read outbox", &err)
 	it, err := s.db.NewIter(outboxBounds())
 	if err != nil {
-		return fmt.Errorf("membership: read outbox: %w", err)
+		return s.storageErr("read outbox", err)
 	}
 	for valid := it.First(); valid; valid = it.Next() {
 		key := it.Key()
@@ -110,7 +111,7 @@ func (s *Store) Outbox(fn func(seq uint64, value []byte) error) error {
 		}
 		if err != nil {
 			_ = it.Close()
-			return fmt.Errorf("membership: read outbox: %w", err)
+			return s.storageErr("read outbox", err)
 		}
 		if err := fn(seq, value); err != nil {
 			_ = it.Close()
@@ -118,7 +119,7 @@ func (s *Store) Outbox(fn func(seq uint64, value []byte) error) error {
 		}
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("membership: read outbox: %w", err)
+		return s.storageErr("read outbox", err)
 	}
 	return nil
 }
@@ -131,19 +132,21 @@ func (s *Store) Outbox(fn func(seq uint64, value []byte) error) error {
 // it, and then the entries are found by Outbox again and delivered again.
 // Delivery from the outbox is at least once anyway; a sync per delivery
 // round would buy nothing but latency.
-func (s *Store) DeleteOutbox(through uint64) error {
-	if s.closed.Load() {
-		return ErrClosed
+func (s *Store) DeleteOutbox(through uint64) (err error) {
+	op := fmt.Sprintf("delete outbox through %d", through)
+	if err := s.usable(op); err != nil {
+		return err
 	}
 	if through == 0 {
 		return nil // numbers start at 1
 	}
+	defer s.guard(op, &err)
 	end := []byte{spaceOutbox + 1}
 	if through < math.MaxUint64 {
 		end = appendOutboxKey(nil, through+1)
 	}
 	if err := s.db.DeleteRange([]byte{spaceOutbox}, end, pebble.NoSync); err != nil {
-		return fmt.Errorf("membership: delete outbox through %d: %w", through, err)
+		return s.storageErr(op, err)
 	}
 	return nil
 }

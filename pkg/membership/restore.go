@@ -36,15 +36,16 @@ const ctxCheckEvery = 1024
 func (s *Store) Restore(ctx context.Context, fn func(Member) error) (RestoreStats, error) {
 	start := time.Now()
 	var st RestoreStats
-	if s.closed.Load() {
-		return st, ErrClosed
+	if err := s.usable("restore"); err != nil {
+		return st, err
 	}
 	err := s.restore(ctx, fn, &st)
 	st.Duration = time.Since(start)
 	return st, err
 }
 
-func (s *Store) restore(ctx context.Context, fn func(Member) error, st *RestoreStats) error {
+func (s *Store) restore(ctx context.Context, fn func(Member) error, st *RestoreStats) (err error) {
+	defer s.guard("restore", &err)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("membership: restore: %w", err)
 	}
@@ -53,7 +54,7 @@ func (s *Store) restore(ctx context.Context, fn func(Member) error, st *RestoreS
 		UpperBound: []byte{spaceUsers + 1},
 	})
 	if err != nil {
-		return fmt.Errorf("membership: restore: %w", err)
+		return s.storageErr("restore", err)
 	}
 	var a assembler
 	a.emit = func(m *Member) error {
@@ -83,7 +84,7 @@ func (s *Store) restore(ctx context.Context, fn func(Member) error, st *RestoreS
 		}
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("membership: restore: %w", err)
+		return s.storageErr("restore", err)
 	}
 	return a.finish()
 }

@@ -17,6 +17,11 @@ type Store struct {
 	opts     Options // defaulted copy
 	writeOpt *pebble.WriteOptions
 	closed   atomic.Bool
+	// failed is the *fatalError of the storage failure the store met, nil
+	// while there was none: see ErrFailed.
+	failed atomic.Pointer[fatalError]
+	// bgFailed is closed when Pebble's background jobs failed the store.
+	bgFailed <-chan struct{}
 
 	// claims enforces that no two open batches change the same user.
 	claims struct {
@@ -41,6 +46,10 @@ type Store struct {
 // A new store is stamped with the format version of this build; an existing
 // one is refused with an error wrapping ErrUnknownFormat unless its version
 // is that one.
+//
+// An error of the storage (the file system refused a read, write or sync)
+// is a *StorageError naming dir, with the operating system's error, which
+// names the file, inside.
 func Open(dir string, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
@@ -50,21 +59,115 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("membership: open %q: %w", dir, err)
 	}
-	db, err := pebble.Open(dir, o.pebbleOptions())
-	if err != nil {
-		return nil, fmt.Errorf("membership: open %q: %w", dir, err)
+	s := &Store{dir: dir, opts: o, writeOpt: o.writeOptions()}
+	s.claims.owner = make(map[uint64]*Batch)
+	if err := s.open(); err != nil {
+		return nil, err
 	}
+	return s, nil
+}
+
+// open opens s's Pebble database and checks it. A Pebble fatal error on
+// the way is an error like any other: the half-open database is left to
+// the garbage collector, as Close could not finish on it.
+//
+// pebble.Open runs in a goroutine of its own, because it does not return
+// while the flush of the log it found keeps failing: when the store fails
+// meanwhile (see background), Open returns the failure and leaves that
+// goroutine to close the database should it ever open.
+func (s *Store) open() (err error) {
+	bg := newBackground(s.dir, s.opts.BackgroundFailureTimeout, s.opts.Logger, func(f *fatalError) {
+		s.failed.CompareAndSwap(nil, f)
+	})
+	s.bgFailed = bg.failed
+	type opened struct {
+		db  *pebble.DB
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		var o opened
+		defer func() { done <- o }()
+		defer s.guard("open", &o.err)
+		o.db, o.err = pebble.Open(s.dir, s.opts.pebbleOptions(s.dir, bg))
+	}()
+	var o opened
+	select {
+	case o = <-done:
+	case <-bg.failed:
+		go func() {
+			if o := <-done; o.err == nil {
+				defer s.guard("close", new(error))
+				_ = o.db.Close()
+			}
+		}()
+		return s.storageErr("open", s.failed.Load())
+	}
+	if o.err != nil {
+		var se *StorageError
+		if errors.As(o.err, &se) {
+			return o.err
+		}
+		return s.storageErr("open", o.err)
+	}
+	defer s.guard("open", &err)
+	db := o.db
 	if err := checkFormat(db); err != nil {
-		return nil, errors.Join(fmt.Errorf("membership: open %q: %w", dir, err), db.Close())
+		return errors.Join(s.storageErr("open", err), db.Close())
 	}
 	last, err := loadOutboxSeq(db)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("membership: open %q: %w", dir, err), db.Close())
+		return errors.Join(s.storageErr("open", err), db.Close())
 	}
-	s := &Store{db: db, dir: dir, opts: o, writeOpt: o.writeOptions()}
-	s.claims.owner = make(map[uint64]*Batch)
+	s.db = db
 	s.outbox.last.Store(last)
-	return s, nil
+	return nil
+}
+
+// storageErr returns err of op as a *StorageError naming the store's
+// directory.
+func (s *Store) storageErr(op string, err error) error {
+	return &StorageError{Dir: s.dir, Op: op, Err: err}
+}
+
+// usable reports why the store cannot take a call of op: closed, or failed.
+func (s *Store) usable(op string) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if f := s.failed.Load(); f != nil {
+		return s.storageErr(op, f)
+	}
+	return nil
+}
+
+// guard is deferred by every call of the store that may reach Pebble's
+// Fatalf: it recovers the *fatalError that the store's logger panics with,
+// marks the store failed and makes it the call's error, an error of op
+// wrapping ErrFailed. Any other panic goes on.
+func (s *Store) guard(op string, err *error) {
+	if r := recover(); r != nil {
+		*err = s.storageErr(op, s.fail(r))
+	}
+}
+
+// guardBare is guard for a call whose caller wraps the error: the error is
+// the *fatalError itself.
+func (s *Store) guardBare(err *error) {
+	if r := recover(); r != nil {
+		*err = s.fail(r)
+	}
+}
+
+// fail marks the store failed by the *fatalError r, or panics again with r
+// if it is something else.
+func (s *Store) fail(r any) *fatalError {
+	f, ok := r.(*fatalError)
+	if !ok {
+		panic(r)
+	}
+	s.failed.CompareAndSwap(nil, f)
+	return f
 }
 
 // checkFormat stamps an empty store with formatVersion, or checks the stamp of
@@ -117,12 +220,29 @@ func checkFormat(db *pebble.DB) error {
 
 // Close closes the store. It must not be called concurrently with any other
 // method, nor while a Batch is open. Calling it again returns ErrClosed.
-func (s *Store) Close() error {
+// Closing a failed store (ErrFailed) releases its directory and reports the
+// failure again.
+func (s *Store) Close() (err error) {
 	if s.closed.Swap(true) {
 		return ErrClosed
 	}
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("membership: close %q: %w", s.dir, err)
+	defer s.guard("close", &err)
+	select {
+	case <-s.bgFailed:
+		// Pebble's Close waits for the job that keeps failing: let it
+		// close, should the job ever end, and report the failure now.
+		go func() {
+			defer s.guard("close", new(error))
+			_ = s.db.Close()
+		}()
+	default:
+		err = s.db.Close()
+	}
+	if f := s.failed.Load(); f != nil {
+		return s.storageErr("close", f) // what Close met follows from it
+	}
+	if err != nil {
+		return s.storageErr("close", err)
 	}
 	return nil
 }
@@ -151,8 +271,8 @@ func (s *Store) Apply(c Command) (Change, error) {
 }
 
 func (s *Store) apply(cmd Command) (Change, error) {
-	if s.closed.Load() {
-		return Change{}, ErrClosed
+	if err := s.usable("apply"); err != nil {
+		return Change{}, err
 	}
 	b := s.NewBatch()
 	defer b.Close()
@@ -169,10 +289,12 @@ func (s *Store) apply(cmd Command) (Change, error) {
 
 // Status returns userID's current state. A user without records is Active.
 // It reads only the current-state record; Member also checks the history.
-func (s *Store) Status(userID uint64) (CommunityMembership, error) {
-	if s.closed.Load() {
-		return CommunityMembership{}, ErrClosed
+func (s *Store) Status(userID uint64) (_ CommunityMembership, err error) {
+	op := fmt.Sprintf("read status of user %d", userID)
+	if err := s.usable(op); err != nil {
+		return CommunityMembership{}, err
 	}
+	defer s.guard(op, &err)
 	var buf [stateKeyLen]byte
 	key := appendStateKey(buf[:0], userID)
 	value, closer, err := s.db.Get(key)
@@ -180,12 +302,12 @@ func (s *Store) Status(userID uint64) (CommunityMembership, error) {
 		return CommunityMembership{UserID: userID, Status: Active}, nil
 	}
 	if err != nil {
-		return CommunityMembership{}, fmt.Errorf("membership: read status of user %d: %w", userID, err)
+		return CommunityMembership{}, s.storageErr(op, err)
 	}
 	defer closer.Close()
 	m, err := decodeStateValue(key, userID, value)
 	if err != nil {
-		return CommunityMembership{}, fmt.Errorf("membership: read status of user %d: %w", userID, err)
+		return CommunityMembership{}, s.storageErr(op, err)
 	}
 	return m, nil
 }
@@ -200,14 +322,16 @@ func (s *Store) History(userID uint64) ([]Episode, error) {
 // Member returns userID's current state, closed episodes, late-leave windows
 // and note, checked against each other. A user without records is Active
 // with no history. The member's slices are the caller's.
-func (s *Store) Member(userID uint64) (Member, error) {
-	if s.closed.Load() {
-		return Member{}, ErrClosed
+func (s *Store) Member(userID uint64) (_ Member, err error) {
+	op := fmt.Sprintf("read user %d", userID)
+	if err := s.usable(op); err != nil {
+		return Member{}, err
 	}
+	defer s.guard(op, &err)
 	var bounds [2 * stateKeyLen]byte
 	m, err := readMember(s.db, userID, &bounds)
 	if err != nil {
-		return Member{}, fmt.Errorf("membership: read user %d: %w", userID, err)
+		return Member{}, s.storageErr(op, err)
 	}
 	return m, nil
 }

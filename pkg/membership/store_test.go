@@ -462,7 +462,7 @@ func TestFormatVersion(t *testing.T) {
 	}
 
 	// A Pebble store with records but no stamp is not ours.
-	db, err := pebble.Open("foreign", &pebble.Options{FS: fs, Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+	db, err := pebble.Open("foreign", &pebble.Options{FS: fs, Logger: pebbleLogger{l: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		t.Fatal(err)
 	}
