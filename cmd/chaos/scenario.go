@@ -41,6 +41,9 @@ type scenario struct {
 	// when --rate is 0.
 	span func(o *options) time.Duration
 	act  func(r *scenarioRun, ctx context.Context) error
+	// alone: the scenario runs only when asked for, and by itself (the
+	// soak, which sets the load's size and rate).
+	alone bool
 }
 
 var scenarios = []scenario{
@@ -63,6 +66,11 @@ var scenarios = []scenario{
 		name: "wipe", instances: 2,
 		span: fixedSpan(30 * time.Second),
 		act:  (*scenarioRun).wipe,
+	},
+	{
+		name: soakName, instances: 1, alone: true,
+		span: func(o *options) time.Duration { return o.soakDuration },
+		act:  (*scenarioRun).soak,
 	},
 	{
 		name: "control-no-txn", instances: 2,
@@ -150,6 +158,8 @@ type scenarioRun struct {
 	produceC chan produceDone // the producer's result
 	produceD chan struct{}    // closed when the producer is done
 
+	soakRes *soakResult // the soak's samples; nil in other scenarios
+
 	mu struct {
 		sync.Mutex
 		findings []string
@@ -202,6 +212,10 @@ func (h *harness) run(parent context.Context, sc scenario) result {
 		}
 	}
 	res.findings = r.findings()
+	if r.soakRes != nil {
+		h.finishSoak(r, r.soakRes)
+		res.soak = r.soakRes
+	}
 	for _, in := range r.insts {
 		in.shutdown()
 		h.forget(in)
@@ -558,23 +572,11 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 				}
 			}
 		}
-		ends, err := r.h.adm.ListEndOffsets(ctx, string(r.set.Signals))
+		committed, end, lagging, err := r.signalsCommitted(ctx)
 		if err != nil {
 			return err
 		}
-		committed, err := r.h.adm.FetchOffsets(ctx, r.group)
-		if err != nil {
-			return err
-		}
-		var lag int64
-		var lagging []string
-		ends.Each(func(o kadm.ListedOffset) {
-			c, ok := committed.Lookup(o.Topic, o.Partition)
-			if o.Offset > 0 && (!ok || c.At < o.Offset) {
-				lag += o.Offset - max(c.At, 0)
-				lagging = append(lagging, fmt.Sprintf("%d: %d of %d", o.Partition, c.At, o.Offset))
-			}
-		})
+		lag := end - committed
 		if lag == 0 {
 			return nil
 		}
@@ -584,6 +586,33 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 		}
 		return fmt.Errorf("%d signals undecided (%s)", lag, strings.Join(lagging, ", "))
 	})
+}
+
+// signalsCommitted returns how far the group has committed the signals
+// topic (each partition's committed offset, at most its end, summed), the
+// sum of its end offsets, and the partitions still behind.
+func (r *scenarioRun) signalsCommitted(ctx context.Context) (committed, end int64, lagging []string, err error) {
+	ends, err := r.h.adm.ListEndOffsets(ctx, string(r.set.Signals))
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	offsets, err := r.h.adm.FetchOffsets(ctx, r.group)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		c, ok := offsets.Lookup(o.Topic, o.Partition)
+		at := int64(0)
+		if ok {
+			at = min(max(c.At, 0), o.Offset)
+		}
+		end += o.Offset
+		committed += at
+		if at < o.Offset {
+			lagging = append(lagging, fmt.Sprintf("%d: %d of %d", o.Partition, c.At, o.Offset))
+		}
+	})
+	return committed, end, lagging, nil
 }
 
 // pick returns one of the running instances at random.

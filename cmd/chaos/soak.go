@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cohortgate/cohortgate/integration/workload"
+)
+
+// soakName is the soak's scenario: one processor under steady load, no
+// chaos, sampled (see the package documentation, "Soak").
+const soakName = "soak"
+
+// soakResult is what the soak adds to a scenario's result.
+type soakResult struct {
+	samples  []sample
+	missed   int // scrapes that failed
+	flat     []flatness
+	csv, png string
+	err      error // the CSV or PNG could not be written
+}
+
+// prepareSoak fixes the soak's rate and load: --rate, or half the maximum
+// a probe measures; capped so that the whole load stays within
+// --soak-max-signals, which the oracle can hold in memory and read back in
+// reasonable time. It prints which.
+func (h *harness) prepareSoak(ctx context.Context) error {
+	o := h.o
+	rate, how := o.rate, "--rate"
+	if rate == 0 {
+		maxRate, err := h.probeMax(ctx)
+		if err != nil {
+			return fmt.Errorf("soak: measuring the maximum rate: %w", err)
+		}
+		rate = maxRate / 2
+		how = fmt.Sprintf("half the measured maximum of %.0f signals/s", maxRate)
+	}
+	signals := int(rate * o.soakDuration.Seconds())
+	if signals > o.soakMaxSignals {
+		rate = float64(o.soakMaxSignals) / o.soakDuration.Seconds()
+		signals = o.soakMaxSignals
+		how += fmt.Sprintf(", capped by --soak-max-signals %d (the oracle keeps a digest of every signal in memory)", o.soakMaxSignals)
+	}
+	o.rate, o.signals = rate, max(signals, 1)
+	if o.hostile.Scenes > 0 {
+		o.hostile.Scenes = max(1, int(o.soakDuration/o.soakSceneEvery))
+	}
+	fmt.Fprintf(h.out, "soak: %.0f signals/s for %v (%s): %d signals over %d users, %s, sampled every %v\n",
+		rate, o.soakDuration, how, o.signals, o.users, h.hostileWords(), o.soakEvery)
+	return nil
+}
+
+// probeMax measures the processor's maximum rate: a backlog of
+// --soak-probe-signals on topics of its own, produced as fast as the
+// broker takes them before a processor starts, and the signals its group
+// commits per second from its first commit until every partition is
+// committed to its end. The backlog has no commands: the producer waits
+// for each command's acknowledgement, which would make a backlog of
+// millions take a minute; a signal of a user absent from the gate costs
+// the same lookup as any other.
+func (h *harness) probeMax(ctx context.Context) (float64, error) {
+	o := h.o
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	sc := scenario{name: "soak-probe", instances: 1}
+	prefix := "chaos-" + h.runID + "-" + sc.name
+	r := &scenarioRun{h: h, sc: sc, group: prefix, dir: filepath.Join(h.root, sc.name),
+		set: workload.Topics(prefix), rng: rand.New(rand.NewPCG(o.seed, nameHash(sc.name)))}
+	defer func() {
+		for _, in := range r.insts {
+			in.shutdown()
+			h.forget(in)
+		}
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		_, _ = h.adm.DeleteTopics(cctx, r.topicNames()...)
+		_, _ = h.adm.DeleteGroup(cctx, r.group)
+		ccancel()
+		_ = os.RemoveAll(r.dir)
+	}()
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return 0, err
+	}
+	if err := workload.CreateTopics(ctx, h.adm, r.set, int32(o.partitions), 1); err != nil {
+		return 0, err
+	}
+	plan, err := workload.NewPlan(workload.Config{Seed: o.seed, Users: o.users, Signals: o.soakProbeSignals,
+		ValueSize: o.valueSize, Partitions: o.partitions})
+	if err != nil {
+		return 0, err
+	}
+	r.logf("probe: a backlog of %d signals, then one processor", o.soakProbeSignals)
+	r.produce(ctx, plan)
+	select {
+	case load := <-r.produceC:
+		if load.err != nil {
+			return 0, fmt.Errorf("producing the probe's backlog: %w", load.err)
+		}
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	r.insts = append(r.insts, r.newInstance("a"))
+	if err := r.insts[0].start(); err != nil {
+		return 0, err
+	}
+	var t0 time.Time
+	var c0 int64
+	want := int64(o.soakProbeSignals)
+	for {
+		committed, end, _, err := r.signalsCommitted(ctx)
+		if err != nil {
+			return 0, err
+		}
+		now := time.Now()
+		if t0.IsZero() && committed > 0 {
+			t0, c0 = now, committed
+		}
+		if committed >= want && end >= want {
+			if now.Sub(t0) <= 0 || committed == c0 {
+				return 0, errors.New("the probe's backlog was committed in one step; give more --soak-probe-signals")
+			}
+			maxRate := float64(committed-c0) / now.Sub(t0).Seconds()
+			r.logf("probe: %d signals committed in %v after the first commit: %.0f signals/s",
+				committed-c0, now.Sub(t0).Round(time.Millisecond), maxRate)
+			return maxRate, nil
+		}
+		if err := workload.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return 0, fmt.Errorf("waiting for the probe's backlog (%d of %d committed): %w", committed, want, err)
+		}
+	}
+}
+
+// soak is the soak's act: it samples the processor every --soak-every
+// until the load is produced, printing a progress line a sample.
+func (r *scenarioRun) soak(ctx context.Context) error {
+	o := r.h.o
+	in := r.insts[0]
+	start := time.Now()
+	res := &soakResult{}
+	r.soakRes = res
+	for next := start; ; {
+		s, err := in.scrape(ctx)
+		switch {
+		case err != nil:
+			res.missed++
+			r.logf("soak: sample missed: %v", err)
+		default:
+			s.at = time.Since(start)
+			res.samples = append(res.samples, s)
+			r.logf("soak %v of %v: %s; %d signals produced", s.at.Round(time.Second), o.soakDuration, s, r.produced.Load())
+		}
+		if !r.producing() {
+			return nil
+		}
+		next = next.Add(o.soakEvery)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.produceD:
+			// One last sample, at the end of the load.
+		case <-time.After(time.Until(next)):
+		}
+	}
+}
+
+// String is a sample's progress line.
+func (s sample) String() string {
+	parts := make([]string, len(soakMetrics))
+	for i, m := range soakMetrics {
+		parts[i] = m.column + " " + m.show(s.values[i])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// finishSoak judges the soak's samples, writes the CSV and the PNG into
+// --soak-out, and keeps what it found in res.
+func (h *harness) finishSoak(r *scenarioRun, res *soakResult) {
+	caps := map[int]float64{}
+	if r.plan != nil {
+		users := r.plan.Leavers()
+		for _, sc := range r.plan.Scenes {
+			users += len(sc.Users)
+		}
+		caps[metricGateMembers] = float64(users)
+	}
+	res.flat = judgeFlat(res.samples, caps)
+	if err := os.MkdirAll(h.o.soakOut, 0o755); err != nil {
+		res.err = err
+		return
+	}
+	base := filepath.Join(h.o.soakOut, "soak-"+h.runID)
+	res.csv, res.png = base+".csv", base+".png"
+	write := func(path string, fill func(f *os.File) error) error {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := fill(f); err != nil {
+			f.Close()
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		return f.Close()
+	}
+	title := fmt.Sprintf("cohortgate soak %s: %.0f signals/s for %v, %s, sampled every %v",
+		h.runID, h.o.rate, h.o.soakDuration, h.hostileWords(), h.o.soakEvery)
+	res.err = errors.Join(
+		write(res.csv, func(f *os.File) error { return writeCSV(f, res.samples) }),
+		write(res.png, func(f *os.File) error { return drawSoak(f, title, res.samples, res.flat) }),
+	)
+}
+
+// soakSpan is the time the samples cover.
+func soakSpan(samples []sample) time.Duration {
+	if len(samples) == 0 {
+		return 0
+	}
+	return (samples[len(samples)-1].at - samples[0].at).Round(time.Second)
+}

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cohortgate/cohortgate/integration/oracle"
+)
+
+// exposition is a trimmed /metrics of the processor, with the series the
+// soak reads: the lag has one series per route and partition, and is
+// summed.
+const exposition = `# HELP process_resident_memory_bytes Resident memory size in bytes.
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 1.2582912e+08
+# HELP go_memstats_heap_inuse_bytes Number of heap bytes that are in use.
+# TYPE go_memstats_heap_inuse_bytes gauge
+go_memstats_heap_inuse_bytes 4.194304e+07
+# HELP go_goroutines Number of goroutines that currently exist.
+# TYPE go_goroutines gauge
+go_goroutines 38
+# HELP cohortgate_gate_members Users with an entry in the in-memory gate (users who ever left).
+# TYPE cohortgate_gate_members gauge
+cohortgate_gate_members 515
+# HELP cohortgate_held_bytes Bytes of signals fetched and waiting for a decision.
+# TYPE cohortgate_held_bytes gauge
+cohortgate_held_bytes 1024
+# HELP cohortgate_consumer_lag_records Records between an input's high watermark and the last fetched offset.
+# TYPE cohortgate_consumer_lag_records gauge
+cohortgate_consumer_lag_records{partition="0",route="s"} 7
+cohortgate_consumer_lag_records{partition="1",route="s"} 5
+# HELP cohortgate_signals_in_total Signals fetched, by route.
+# TYPE cohortgate_signals_in_total counter
+cohortgate_signals_in_total{route="s"} 1000
+cohortgate_signals_in_total{route="t"} 234
+`
+
+func TestParseSample(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		text    string
+		want    [len(soakMetrics)]float64
+		in      float64
+		wantErr string
+	}{
+		{name: "every series, lag summed over partitions", text: exposition,
+			want: [...]float64{120 << 20, 40 << 20, 38, 515, 1024, 12}, in: 1234},
+		{name: "no lag series yet reads as 0",
+			text: cut(exposition, "cohortgate_consumer_lag_records"),
+			want: [...]float64{120 << 20, 40 << 20, 38, 515, 1024, 0}, in: 1234},
+		{name: "a missing series is an error",
+			text: cut(exposition, "go_goroutines"), wantErr: "no go_goroutines"},
+		{name: "not an exposition", text: "process_resident_memory_bytes one\n", wantErr: "parsing /metrics"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := parseSample(strings.NewReader(tc.text))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.values != tc.want || s.signalsIn != tc.in {
+				t.Fatalf("sample = %v, %v signals in; want %v, %v", s.values, s.signalsIn, tc.want, tc.in)
+			}
+		})
+	}
+}
+
+// cut drops the lines of text that mention series.
+func cut(text, series string) string {
+	var keep []string
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.Contains(l, series) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func TestCSVRoundTrip(t *testing.T) {
+	in := []sample{
+		{at: 0, values: [...]float64{1, 2, 3, 4, 5, 6}, signalsIn: 0},
+		{at: 10 * time.Second, values: [...]float64{125829120, 41943040.5, 38, 515, 1024, 12}, signalsIn: 4.5e6},
+	}
+	var b bytes.Buffer
+	if err := writeCSV(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	first := strings.SplitN(b.String(), "\n", 2)[0]
+	if want := "t_seconds,rss_bytes,heap_inuse_bytes,goroutines,gate_members,held_bytes,consumer_lag_records,signals_in_total"; first != want {
+		t.Fatalf("header %q, want %q", first, want)
+	}
+	out, err := readCSV(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(in) {
+		t.Fatalf("%d samples back, want %d", len(out), len(in))
+	}
+	for i := range in {
+		if out[i] != in[i] {
+			t.Errorf("sample %d: %+v back, want %+v", i, out[i], in[i])
+		}
+	}
+	if _, err := readCSV(strings.NewReader("t,rss\n1,2\n")); err == nil {
+		t.Error("a CSV with another header was read")
+	}
+}
+
+func TestFitXY(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		xs, ys    []float64
+		slope     float64
+		seNonZero bool
+	}{
+		{name: "a line", xs: []float64{0, 1, 2, 3}, ys: []float64{1, 3, 5, 7}, slope: 2},
+		{name: "flat", xs: []float64{0, 1, 2}, ys: []float64{4, 4, 4}, slope: 0},
+		{name: "noise around a slope", xs: []float64{0, 1, 2, 3}, ys: []float64{0, 2, 1, 3}, slope: 0.8, seNonZero: true},
+		{name: "one point", xs: []float64{5}, ys: []float64{1}, slope: 0},
+		{name: "one x", xs: []float64{2, 2, 2}, ys: []float64{1, 5, 9}, slope: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := fitXY(tc.xs, tc.ys)
+			if math.Abs(f.slope-tc.slope) > 1e-9 || (f.se > 1e-12) != tc.seNonZero {
+				t.Fatalf("fit = %+v, want slope %v (error non-zero: %v)", f, tc.slope, tc.seNonZero)
+			}
+		})
+	}
+}
+
+// series makes n samples 10s apart whose metric i follows v(minute).
+func series(n int, v func(i int, min float64) float64) []sample {
+	out := make([]sample, n)
+	for k := range out {
+		out[k].at = time.Duration(k) * 10 * time.Second
+		for i := range soakMetrics {
+			out[k].values[i] = v(i, out[k].at.Minutes())
+		}
+	}
+	return out
+}
+
+// steady is a warm, flat processor: RSS 100 MiB, heap 40 MiB, 38
+// goroutines, 500 gate members, 1 KiB held, lag 10.
+func steady(i int, _ float64) float64 {
+	return [...]float64{100 << 20, 40 << 20, 38, 500, 1024, 10}[i]
+}
+
+func TestJudgeFlat(t *testing.T) {
+	caps := map[int]float64{metricGateMembers: 1000}
+	hour := 361 // an hour at one sample every 10s
+	for _, tc := range []struct {
+		name    string
+		samples []sample
+		caps    map[int]float64
+		notFlat string // the metrics that fail, in order; "" for none
+	}{
+		{name: "steady", samples: series(hour, steady), caps: caps},
+		{name: "warm-up growth in the first half is allowed", caps: caps,
+			samples: series(hour, func(i int, min float64) float64 {
+				if i == metricRSS && min < 30 {
+					return float64(50<<20) + min*float64(2<<20) // 50 → 110 MiB, then flat
+				}
+				if i == metricRSS {
+					return 110 << 20
+				}
+				return steady(i, min)
+			})},
+		{name: "a leak of 1 MiB a minute in RSS", caps: caps,
+			samples: series(hour, func(i int, min float64) float64 {
+				if i == metricRSS {
+					return float64(100<<20) + min*float64(1<<20)
+				}
+				return steady(i, min)
+			}), notFlat: "rss_bytes"},
+		{name: "goroutines leak one a minute", caps: caps,
+			samples: series(hour, func(i int, min float64) float64 {
+				if i == metricGoroutines {
+					return 38 + min
+				}
+				return steady(i, min)
+			}), notFlat: "goroutines"},
+		{name: "lag that grows without bound", caps: caps,
+			samples: series(hour, func(i int, min float64) float64 {
+				if i == metricLag {
+					return 1000 * min
+				}
+				return steady(i, min)
+			}), notFlat: "consumer_lag_records"},
+		{name: "a heap sawtooth in a short run is noise", caps: caps,
+			samples: series(19, func(i int, min float64) float64 {
+				if i == metricHeap {
+					return float64([]int{30, 75, 45, 60, 35, 70, 40}[int(min*6)%7] << 20)
+				}
+				return steady(i, min)
+			})},
+		{name: "gate members grow with the leavers, within the cap", caps: caps,
+			samples: series(hour, func(i int, min float64) float64 {
+				if i == metricGateMembers {
+					return 15 * min // 900 at the end
+				}
+				return steady(i, min)
+			})},
+		{name: "gate members beyond the users who may leave", caps: caps,
+			samples: series(hour, func(i int, min float64) float64 {
+				if i == metricGateMembers {
+					return 20 * min // 1200 at the end
+				}
+				return steady(i, min)
+			}), notFlat: "gate_members"},
+		{name: "no cap for the gate", samples: series(hour, steady), notFlat: "gate_members"},
+		{name: "too few samples", caps: caps, samples: series(3, steady),
+			notFlat: "rss_bytes, heap_inuse_bytes, goroutines, held_bytes, consumer_lag_records"},
+		{name: "no samples", caps: caps,
+			notFlat: "rss_bytes, heap_inuse_bytes, goroutines, gate_members, held_bytes, consumer_lag_records"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := judgeFlat(tc.samples, tc.caps)
+			if got := notFlat(fs); got != tc.notFlat {
+				var b strings.Builder
+				printFlat(&b, fs)
+				t.Fatalf("not flat: %q, want %q\n%s", got, tc.notFlat, b.String())
+			}
+			if allFlat(fs) != (tc.notFlat == "") {
+				t.Fatalf("allFlat = %v with %q not flat", allFlat(fs), tc.notFlat)
+			}
+		})
+	}
+}
+
+// TestJudgeFlatFigures: the table's figures for a leak, by hand: RSS from
+// 100 MiB growing 1 MiB a minute over 60 minutes.
+func TestJudgeFlatFigures(t *testing.T) {
+	fs := judgeFlat(series(361, func(i int, min float64) float64 {
+		if i == metricRSS {
+			return float64(100<<20) + min*float64(1<<20)
+		}
+		return steady(i, min)
+	}), map[int]float64{metricGateMembers: 1000})
+	f := fs[metricRSS]
+	const mib = 1 << 20
+	for _, c := range []struct {
+		what      string
+		got, want float64
+	}{
+		{"first", f.first, 100 * mib},
+		{"last", f.last, 160 * mib},
+		{"max", f.max, 160 * mib},
+		{"slope per minute", f.slopePerMin, 1 * mib},
+		{"growth over the run", f.growth, 60 * mib},
+		{"bound: the floor, 32 MiB, above 20% of the second half's mean of 145 MiB", f.bound, 32 * mib},
+	} {
+		if math.Abs(c.got-c.want) > 1e-3*mib {
+			t.Errorf("%s = %.3f MiB, want %.3f MiB", c.what, c.got/mib, c.want/mib)
+		}
+	}
+	if f.noise > 1e-6 || f.warmSamples != 181 || f.flat {
+		t.Errorf("noise %v, %d warm samples, flat %v; want 0, 181, false", f.noise, f.warmSamples, f.flat)
+	}
+}
+
+// TestSoakVerdict: the soak passes only flat, with its files written, and
+// without damage.
+func TestSoakVerdict(t *testing.T) {
+	sc, ok := findScenario(soakName)
+	if !ok {
+		t.Fatal("no soak scenario")
+	}
+	flat := judgeFlat(series(361, steady), map[int]float64{metricGateMembers: 1000})
+	leaky := judgeFlat(series(361, func(i int, min float64) float64 {
+		if i == metricHeap {
+			return float64(40<<20) + min*float64(2<<20)
+		}
+		return steady(i, min)
+	}), map[int]float64{metricGateMembers: 1000})
+	for _, tc := range []struct {
+		name string
+		r    result
+		pass bool
+		word string
+	}{
+		{"flat", result{sc: sc, soak: &soakResult{flat: flat}}, true, "ok"},
+		{"not flat", result{sc: sc, soak: &soakResult{flat: leaky}}, false, "not flat: heap_inuse_bytes"},
+		{"flat but leaked", result{sc: sc, soak: &soakResult{flat: flat}, rep: oracle.Report{Leaked: 1}}, false, "1 leaked"},
+		{"files not written", result{sc: sc, soak: &soakResult{flat: flat, err: errors.New("disk full")}}, false, "disk full"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pass, why := tc.r.verdict()
+			if pass != tc.pass || !strings.Contains(why, tc.word) {
+				t.Fatalf("verdict = %v, %q; want %v and %q", pass, why, tc.pass, tc.word)
+			}
+		})
+	}
+}
+
+// TestSoakRunsAlone: the soak is not among the default scenarios, runs
+// only by itself, and stretches the scenario's bound over its load.
+func TestSoakRunsAlone(t *testing.T) {
+	for _, name := range defaultScenarios() {
+		if name == soakName {
+			t.Fatal("the soak is a default scenario")
+		}
+	}
+	bin := t.TempDir() + "/processor"
+	if err := os.WriteFile(bin, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if _, err := parse([]string{"--processor", bin, "--scenarios", "kill,soak"}, &stderr); err == nil || !strings.Contains(err.Error(), "runs alone") {
+		t.Errorf("kill,soak: err = %v, want \"runs alone\"", err)
+	}
+	if _, err := parse([]string{"--processor", bin, "--scenarios", "soak", "--soak-duration", "1m", "--soak-every", "30s"}, &stderr); err == nil {
+		t.Error("a soak of two samples was accepted")
+	}
+	o, err := parse([]string{"--processor", bin, "--scenarios", "soak", "--soak-duration", "1h"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.timeout < time.Hour+10*time.Minute {
+		t.Errorf("an hour's soak is bounded by %v", o.timeout)
+	}
+}
+
+// TestDrawSoak: the picture is a PNG, drawn from a run with a failed
+// metric and from an empty one.
+func TestDrawSoak(t *testing.T) {
+	for _, samples := range [][]sample{series(37, steady), nil} {
+		var b bytes.Buffer
+		if err := drawSoak(&b, "test", samples, judgeFlat(samples, nil)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b.Bytes(), []byte("\x89PNG\r\n\x1a\n")) {
+			t.Fatalf("not a PNG: % x", b.Bytes()[:min(8, b.Len())])
+		}
+	}
+}
