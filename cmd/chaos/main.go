@@ -173,7 +173,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.soakEvery, "soak-every", 10*time.Second, "soak: how often the processor's /metrics is sampled")
 	fs.DurationVar(&o.soakSceneEvery, "soak-scene-every", 30*time.Second, "soak: one hostile scene per this much of the load, with --hostile (instead of --hostile-scenes)")
 	fs.IntVar(&o.soakProbeSignals, "soak-probe-signals", 2_000_000, "soak with --rate 0: the backlog whose drain rate is the measured maximum")
-	fs.IntVar(&o.soakMaxSignals, "soak-max-signals", 4_000_000, "soak: the most signals the load may have (the oracle keeps every signal's digest in memory); the rate is lowered to fit")
+	fs.IntVar(&o.soakMaxSignals, "soak-max-signals", 3_000_000, "soak: the most signals the load may have (the oracle keeps every signal's digest in memory); the rate is lowered to fit")
 	fs.StringVar(&o.soakOut, "soak-out", "bin/soak", "soak: where the CSV and the PNG go (soak-<run>.csv, .png)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -131,18 +131,23 @@ func writeCSV(w io.Writer, samples []sample) error {
 	if err := cw.Write(csvHeader()); err != nil {
 		return err
 	}
-	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, s := range samples {
-		row := []string{num(s.at.Seconds())}
-		for _, v := range s.values {
-			row = append(row, num(v))
-		}
-		if err := cw.Write(append(row, num(s.signalsIn))); err != nil {
+		if err := cw.Write(s.csvRow()); err != nil {
 			return err
 		}
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// csvRow is s as a row of the CSV.
+func (s sample) csvRow() []string {
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	row := []string{num(s.at.Seconds())}
+	for _, v := range s.values {
+		row = append(row, num(v))
+	}
+	return append(row, num(s.signalsIn))
 }
 
 // readCSV reads what writeCSV wrote, to draw or judge a kept run again.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -136,13 +137,27 @@ func (h *harness) probeMax(ctx context.Context) (float64, error) {
 }
 
 // soak is the soak's act: it samples the processor every --soak-every
-// until the load is produced, printing a progress line a sample.
+// until the load is produced, printing a progress line a sample and
+// appending it to the CSV at once, so that a run cut short keeps its
+// samples.
 func (r *scenarioRun) soak(ctx context.Context) error {
 	o := r.h.o
 	in := r.insts[0]
 	start := time.Now()
-	res := &soakResult{}
+	res := &soakResult{csv: filepath.Join(o.soakOut, "soak-"+r.h.runID+".csv")}
 	r.soakRes = res
+	if err := os.MkdirAll(o.soakOut, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(res.csv)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cw := csv.NewWriter(f)
+	if err := cw.Write(csvHeader()); err != nil {
+		return err
+	}
 	for next := start; ; {
 		s, err := in.scrape(ctx)
 		switch {
@@ -152,10 +167,16 @@ func (r *scenarioRun) soak(ctx context.Context) error {
 		default:
 			s.at = time.Since(start)
 			res.samples = append(res.samples, s)
+			if err := cw.Write(s.csvRow()); err != nil {
+				return fmt.Errorf("%s: %w", res.csv, err)
+			}
+			if cw.Flush(); cw.Error() != nil {
+				return fmt.Errorf("%s: %w", res.csv, cw.Error())
+			}
 			r.logf("soak %v of %v: %s; %d signals produced", s.at.Round(time.Second), o.soakDuration, s, r.produced.Load())
 		}
 		if !r.producing() {
-			return nil
+			return f.Close()
 		}
 		next = next.Add(o.soakEvery)
 		select {
@@ -177,8 +198,8 @@ func (s sample) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// finishSoak judges the soak's samples, writes the CSV and the PNG into
-// --soak-out, and keeps what it found in res.
+// finishSoak judges the soak's samples, draws the PNG beside the CSV,
+// and keeps what it found in res.
 func (h *harness) finishSoak(r *scenarioRun, res *soakResult) {
 	caps := map[int]float64{}
 	if r.plan != nil {
@@ -189,29 +210,20 @@ func (h *harness) finishSoak(r *scenarioRun, res *soakResult) {
 		caps[metricGateMembers] = float64(users)
 	}
 	res.flat = judgeFlat(res.samples, caps)
-	if err := os.MkdirAll(h.o.soakOut, 0o755); err != nil {
+	res.png = strings.TrimSuffix(res.csv, ".csv") + ".png"
+	title := fmt.Sprintf("cohortgate soak %s: %.0f signals/s for %v, %s, sampled every %v",
+		h.runID, h.o.rate, h.o.soakDuration, h.hostileWords(), h.o.soakEvery)
+	f, err := os.Create(res.png)
+	if err != nil {
 		res.err = err
 		return
 	}
-	base := filepath.Join(h.o.soakOut, "soak-"+h.runID)
-	res.csv, res.png = base+".csv", base+".png"
-	write := func(path string, fill func(f *os.File) error) error {
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := fill(f); err != nil {
-			f.Close()
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		return f.Close()
+	if err := drawSoak(f, title, res.samples, res.flat); err != nil {
+		f.Close()
+		res.err = fmt.Errorf("%s: %w", res.png, err)
+		return
 	}
-	title := fmt.Sprintf("cohortgate soak %s: %.0f signals/s for %v, %s, sampled every %v",
-		h.runID, h.o.rate, h.o.soakDuration, h.hostileWords(), h.o.soakEvery)
-	res.err = errors.Join(
-		write(res.csv, func(f *os.File) error { return writeCSV(f, res.samples) }),
-		write(res.png, func(f *os.File) error { return drawSoak(f, title, res.samples, res.flat) }),
-	)
+	res.err = f.Close()
 }
 
 // soakSpan is the time the samples cover.
