@@ -135,6 +135,7 @@ type options struct {
 	soakProbeSignals int
 	soakMaxSignals   int
 	soakOut          string
+	soakRedraw       string
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -175,6 +176,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.soakProbeSignals, "soak-probe-signals", 2_000_000, "soak with --rate 0: the backlog whose drain rate is the measured maximum")
 	fs.IntVar(&o.soakMaxSignals, "soak-max-signals", 3_000_000, "soak: the most signals the load may have (the oracle keeps every signal's digest in memory); the rate is lowered to fit")
 	fs.StringVar(&o.soakOut, "soak-out", "bin/soak", "soak: where the CSV and the PNG go (soak-<run>.csv, .png)")
+	fs.StringVar(&o.soakRedraw, "soak-redraw", "", "soak: judge a kept CSV again and draw its PNG beside it, with no broker and no processor; give the run's load flags")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -241,6 +243,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if o.rate < 0 {
 		bad("--rate: %v must be >= 0", o.rate)
 	}
+	if o.soakRedraw != "" {
+		return o, errors.Join(errs...) // no processor runs
+	}
 	if _, err := os.Stat(o.processor); err != nil {
 		bad("--processor: %v (build it with `make build`)", err)
 	} else if abs, err := filepath.Abs(o.processor); err == nil {
@@ -266,6 +271,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parse(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.soakRedraw != "" {
+		return redrawSoak(o, stdout)
 	}
 	h, err := newHarness(ctx, o, stdout, stderr)
 	if err != nil {

@@ -71,7 +71,7 @@ func drawSoak(w io.Writer, title string, samples []sample, fs []flatness) error 
 	img := vgimg.New(width, panelHeight*vg.Length(rows)+0.4*vg.Inch)
 	dc := draw.New(img)
 	// The title across the top.
-	top := draw.Crop(dc, 0, 0, dc.Size().Y-0.4*vg.Inch, 0)
+	top := draw.Crop(dc, 0, 0, 0, -0.4*vg.Inch)
 	dc.FillText(draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 14), Handler: plot.DefaultTextHandler,
 		XAlign: draw.XCenter, YAlign: draw.YBottom},
 		vg.Point{X: dc.Center().X, Y: dc.Max.Y - 0.3*vg.Inch}, title)

@@ -47,7 +47,7 @@ var soakMetrics = [...]soakMetric{
 	{column: "heap_inuse_bytes", series: "go_memstats_heap_inuse_bytes", unit: "MiB", scale: 1 << 20},
 	{column: "goroutines", series: "go_goroutines", scale: 1},
 	{column: "gate_members", series: fanout.MetricGateMembers, scale: 1},
-	{column: "held_bytes", series: fanout.MetricHeldBytes, unit: "MiB", scale: 1 << 20},
+	{column: "held_bytes", series: fanout.MetricHeldBytes, unit: "KiB", scale: 1 << 10},
 	{column: "consumer_lag_records", series: fanout.MetricConsumerLag, optional: true, scale: 1},
 }
 

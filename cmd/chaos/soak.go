@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -202,28 +203,84 @@ func (s sample) String() string {
 // and keeps what it found in res.
 func (h *harness) finishSoak(r *scenarioRun, res *soakResult) {
 	caps := map[int]float64{}
+	scenes := 0
 	if r.plan != nil {
-		users := r.plan.Leavers()
-		for _, sc := range r.plan.Scenes {
-			users += len(sc.Users)
-		}
-		caps[metricGateMembers] = float64(users)
+		caps[metricGateMembers] = gateCap(r.plan)
+		scenes = len(r.plan.Scenes)
 	}
 	res.flat = judgeFlat(res.samples, caps)
-	res.png = strings.TrimSuffix(res.csv, ".csv") + ".png"
-	title := fmt.Sprintf("cohortgate soak %s: %.0f signals/s for %v, %s, sampled every %v",
-		h.runID, h.o.rate, h.o.soakDuration, h.hostileWords(), h.o.soakEvery)
-	f, err := os.Create(res.png)
+	title := fmt.Sprintf("cohortgate soak %s: %.0f signals/s for %v, %d hostile scenes, sampled every %v",
+		h.runID, h.o.rate, h.o.soakDuration, scenes, h.o.soakEvery)
+	res.png, res.err = drawBeside(res.csv, title, res.samples, res.flat)
+}
+
+// gateCap is the most gate members plan can make: its leavers and the
+// users of its hostile scenes.
+func gateCap(plan *workload.Plan) float64 {
+	users := plan.Leavers()
+	for _, sc := range plan.Scenes {
+		users += len(sc.Users)
+	}
+	return float64(users)
+}
+
+// drawBeside draws the PNG of a soak beside its CSV and returns its path.
+func drawBeside(csvPath, title string, samples []sample, fs []flatness) (string, error) {
+	png := strings.TrimSuffix(csvPath, ".csv") + ".png"
+	f, err := os.Create(png)
 	if err != nil {
-		res.err = err
-		return
+		return png, err
 	}
-	if err := drawSoak(f, title, res.samples, res.flat); err != nil {
+	if err := drawSoak(f, title, samples, fs); err != nil {
 		f.Close()
-		res.err = fmt.Errorf("%s: %w", res.png, err)
-		return
+		return png, fmt.Errorf("%s: %w", png, err)
 	}
-	res.err = f.Close()
+	return png, f.Close()
+}
+
+// redrawSoak judges a kept CSV again and draws its PNG beside it, with no
+// broker: the gate's cap comes from the load the flags describe (users,
+// leave and rejoin shares, seed, partitions, and the scenes of
+// --soak-duration), which must be the run's.
+func redrawSoak(o *options, out io.Writer) error {
+	f, err := os.Open(o.soakRedraw)
+	if err != nil {
+		return err
+	}
+	samples, err := readCSV(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.soakRedraw, err)
+	}
+	h := o.hostile
+	if h.Scenes > 0 {
+		h.Scenes = max(1, int(o.soakDuration/o.soakSceneEvery))
+	}
+	plan, err := workload.NewPlan(workload.Config{Seed: o.seed, Users: o.users, LeavePct: o.leavePct,
+		RejoinPct: o.rejoinPct, Partitions: o.partitions, Hostile: h})
+	if err != nil {
+		return err
+	}
+	fs := judgeFlat(samples, map[int]float64{metricGateMembers: gateCap(plan)})
+	name := strings.TrimSuffix(filepath.Base(o.soakRedraw), ".csv")
+	var fetched float64
+	if len(samples) > 0 {
+		fetched = samples[len(samples)-1].signalsIn
+	}
+	title := fmt.Sprintf("cohortgate %s: %v, %.0f signals fetched, %d hostile scenes, sampled every %v",
+		name, soakSpan(samples), fetched, len(plan.Scenes), o.soakEvery)
+	png, err := drawBeside(o.soakRedraw, title, samples, fs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "soak: %d samples over %v from %s; PNG %s\n", len(samples), soakSpan(samples), o.soakRedraw, png)
+	printFlat(out, fs)
+	if !allFlat(fs) {
+		fmt.Fprintf(out, "soak: FAIL: not flat: %s\n", notFlat(fs))
+		return errFailed
+	}
+	fmt.Fprintln(out, "soak: flat")
+	return nil
 }
 
 // soakSpan is the time the samples cover.

@@ -344,3 +344,36 @@ func TestDrawSoak(t *testing.T) {
 		}
 	}
 }
+
+// TestRedrawSoak: a kept CSV is judged again and drawn beside itself, with
+// the gate's cap from the load the flags describe, and no processor.
+func TestRedrawSoak(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/soak-x.csv"
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeCSV(f, series(37, steady)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	// 2000 users, 5% leave: 100 leavers, plus the users of the scenes;
+	// steady's 500 gate members are too many for them.
+	for _, tc := range []struct {
+		users string
+		err   error
+	}{{"20000", nil}, {"2000", errFailed}} {
+		var out bytes.Buffer
+		err := run(t.Context(), []string{"--soak-redraw", path, "--users", tc.users, "--processor", dir + "/none"}, &out, &out)
+		if !errors.Is(err, tc.err) {
+			t.Fatalf("users %s: err = %v, want %v\n%s", tc.users, err, tc.err, out.String())
+		}
+		if !strings.Contains(out.String(), "gate_members") {
+			t.Errorf("users %s: no verdict table:\n%s", tc.users, out.String())
+		}
+	}
+	if b, err := os.ReadFile(dir + "/soak-x.png"); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("no PNG beside the CSV: %v", err)
+	}
+}
