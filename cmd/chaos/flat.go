@@ -52,8 +52,10 @@ type flatness struct {
 }
 
 // judgeFlat judges each soak metric over samples (in time order). caps
-// gives the bound of each capped metric (by index).
-func judgeFlat(samples []sample, caps map[int]float64) []flatness {
+// gives the bound of each capped metric (by index); widen multiplies the
+// floor and the share of every other rule (1: the rules as stated; a
+// run of a few minutes, mostly warm-up, is judged with wider ones).
+func judgeFlat(samples []sample, caps map[int]float64, widen float64) []flatness {
 	out := make([]flatness, len(soakMetrics))
 	if len(samples) == 0 {
 		for i, m := range soakMetrics {
@@ -79,6 +81,7 @@ func judgeFlat(samples []sample, caps map[int]float64) []flatness {
 		f.growth = f.slopePerMin * runMin
 		f.noise = 2 * line.se * runMin
 		rule := flatRules[i]
+		rule.floor, rule.rel = rule.floor*widen, rule.rel*widen
 		switch {
 		case rule.capped:
 			c, ok := caps[i]

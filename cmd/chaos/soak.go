@@ -208,7 +208,7 @@ func (h *harness) finishSoak(r *scenarioRun, res *soakResult) {
 		caps[metricGateMembers] = gateCap(r.plan)
 		scenes = len(r.plan.Scenes)
 	}
-	res.flat = judgeFlat(res.samples, caps)
+	res.flat = judgeFlat(res.samples, caps, h.o.soakWiden)
 	title := fmt.Sprintf("cohortgate soak %s: %.0f signals/s for %v, %d hostile scenes, sampled every %v",
 		h.runID, h.o.rate, h.o.soakDuration, scenes, h.o.soakEvery)
 	res.png, res.err = drawBeside(res.csv, title, res.samples, res.flat)
@@ -261,7 +261,7 @@ func redrawSoak(o *options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fs := judgeFlat(samples, map[int]float64{metricGateMembers: gateCap(plan)})
+	fs := judgeFlat(samples, map[int]float64{metricGateMembers: gateCap(plan)}, o.soakWiden)
 	name := strings.TrimSuffix(filepath.Base(o.soakRedraw), ".csv")
 	var fetched float64
 	if len(samples) > 0 {
