@@ -19,7 +19,7 @@ const plotColumns = 2
 // drawSoak writes one PNG of small multiples: a panel per soak metric,
 // x in minutes since the load started, y in the metric's unit; over the
 // second half, in red, the least-squares line the flatness verdict was
-// drawn from (not for capped metrics, judged by their bound).
+// drawn from; for capped metrics, judged by their bound, the bound, dashed.
 func drawSoak(w io.Writer, title string, samples []sample, fs []flatness) error {
 	rows := (len(soakMetrics) + plotColumns - 1) / plotColumns
 	plots := make([][]*plot.Plot, rows)
@@ -55,6 +55,9 @@ func drawSoak(w io.Writer, title string, samples []sample, fs []flatness) error 
 		}
 		if fit := fitPlot(samples, i, fs); fit != nil {
 			p.Add(fit)
+		}
+		if bound := capPlot(samples, i, fs); bound != nil {
+			p.Add(bound)
 		}
 		p.Y.Min = 0
 		plots[i/plotColumns][i%plotColumns] = p
@@ -102,5 +105,20 @@ func fitPlot(samples []sample, i int, fs []flatness) *plotter.Line {
 	}
 	line.Color = color.RGBA{R: 220, A: 255}
 	line.Width = vg.Points(1.5)
+	return line
+}
+
+// capPlot is the bound of a capped metric i across the run, or nil.
+func capPlot(samples []sample, i int, fs []flatness) *plotter.Line {
+	if i >= len(fs) || !flatRules[i].capped || fs[i].bound <= 0 || len(samples) < 2 {
+		return nil
+	}
+	y := fs[i].bound / soakMetrics[i].scale
+	line, err := plotter.NewLine(plotter.XYs{{X: samples[0].at.Minutes(), Y: y}, {X: samples[len(samples)-1].at.Minutes(), Y: y}})
+	if err != nil {
+		return nil
+	}
+	line.Color = color.RGBA{R: 220, A: 255}
+	line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 	return line
 }
