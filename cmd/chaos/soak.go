@@ -43,19 +43,27 @@ func (h *harness) prepareSoak(ctx context.Context) error {
 		rate = maxRate / 2
 		how = fmt.Sprintf("half the measured maximum of %.0f signals/s", maxRate)
 	}
-	signals := int(rate * o.soakDuration.Seconds())
-	if signals > o.soakMaxSignals {
-		rate = float64(o.soakMaxSignals) / o.soakDuration.Seconds()
-		signals = o.soakMaxSignals
+	rate, signals, capped := soakLoad(rate, o.soakDuration, o.soakMaxSignals)
+	if capped {
 		how += fmt.Sprintf(", capped by --soak-max-signals %d (the oracle keeps a digest of every signal in memory)", o.soakMaxSignals)
 	}
-	o.rate, o.signals = rate, max(signals, 1)
+	o.rate, o.signals = rate, signals
 	if o.hostile.Scenes > 0 {
 		o.hostile.Scenes = max(1, int(o.soakDuration/o.soakSceneEvery))
 	}
 	fmt.Fprintf(h.out, "soak: %.0f signals/s for %v (%s): %d signals over %d users, %s, sampled every %v\n",
 		rate, o.soakDuration, how, o.signals, o.users, h.hostileWords(), o.soakEvery)
 	return nil
+}
+
+// soakLoad is the soak's load at rate for d: its rate and signals, at
+// least one, lowered to maxSignals over d if rate would make more.
+func soakLoad(rate float64, d time.Duration, maxSignals int) (float64, int, bool) {
+	signals := int(rate * d.Seconds())
+	if signals > maxSignals {
+		return float64(maxSignals) / d.Seconds(), maxSignals, true
+	}
+	return rate, max(signals, 1), false
 }
 
 // probeMax measures the processor's maximum rate: a backlog of

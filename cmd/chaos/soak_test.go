@@ -403,3 +403,29 @@ func TestRedrawSoak(t *testing.T) {
 		t.Fatalf("no PNG beside the CSV: %v", err)
 	}
 }
+
+// TestSoakLoad: half the maximum for the run, unless the oracle's budget
+// is smaller.
+func TestSoakLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		rate       float64
+		d          time.Duration
+		maxSignals int
+		wantRate   float64
+		want       int
+		capped     bool
+	}{
+		{"within the budget", 1000, 3 * time.Minute, 450_000, 1000, 180_000, false},
+		{"an hour at half of 48788/s is capped", 24394, time.Hour, 3_000_000, 3_000_000.0 / 3600, 3_000_000, true},
+		{"exactly the budget", 2500, 3 * time.Minute, 450_000, 2500, 450_000, false},
+		{"at least one signal", 0.001, time.Minute, 10, 0.001, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rate, n, capped := soakLoad(tc.rate, tc.d, tc.maxSignals)
+			if math.Abs(rate-tc.wantRate) > 1e-9 || n != tc.want || capped != tc.capped {
+				t.Fatalf("soakLoad = %v, %d, %v; want %v, %d, %v", rate, n, capped, tc.wantRate, tc.want, tc.capped)
+			}
+		})
+	}
+}
