@@ -145,6 +145,7 @@ type result struct {
 	findings []string       // processor misbehaviour seen on the way
 	warnings map[string]int // the processors' warning and error lines, by message
 	logs     string         // the tails of the processors' logs, when it failed
+	soak     *soakResult    // the soak's samples and verdicts; nil in other scenarios
 }
 
 // verdict says whether r passes and why: a scenario passes with no damage
@@ -159,6 +160,10 @@ func (r result) verdict() (pass bool, why string) {
 		return false, "FAIL: damage " + damageWords(r.rep)
 	case r.sc.control == "" && len(r.findings) > 0:
 		return false, "FAIL: the processor misbehaved (see findings)"
+	case r.soak != nil && r.soak.err != nil:
+		return false, "ERROR: soak: " + r.soak.err.Error()
+	case r.soak != nil && !allFlat(r.soak.flat):
+		return false, "FAIL: not flat: " + notFlat(r.soak.flat)
 	case r.sc.control == "":
 		return true, "ok"
 	case r.sc.informational && damage == 0:
@@ -233,6 +238,11 @@ func (h *harness) row(r result) {
 	}
 	for _, f := range r.findings {
 		fmt.Fprintf(h.out, "%-26s   finding: %s\n", "", f)
+	}
+	if s := r.soak; s != nil {
+		fmt.Fprintf(h.out, "\nsoak: %d samples (%d missed) over %v; CSV %s, PNG %s\n", len(s.samples), s.missed, soakSpan(s.samples), s.csv, s.png)
+		printFlat(h.out, s.flat)
+		fmt.Fprintln(h.out)
 	}
 	msgs := make([]string, 0, len(r.warnings))
 	for m := range r.warnings {

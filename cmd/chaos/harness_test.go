@@ -103,8 +103,8 @@ func TestParseHostile(t *testing.T) {
 	if o.hostile.Scenes != 16 || len(o.hostile.Shares) != len(workload.Kinds()) || o.hostile.Grace != o.grace || o.hostile.MaxFutureSkew != 5*time.Second {
 		t.Fatalf("default hostile mix %+v", o.hostile)
 	}
-	if !slices.Equal(o.scenarios, scenarioNames(scenarios)) {
-		t.Fatalf("default scenarios %v", o.scenarios)
+	if !slices.Equal(o.scenarios, defaultScenarios()) || slices.Contains(o.scenarios, soakName) || len(o.scenarios) != len(scenarios)-1 {
+		t.Fatalf("default scenarios %v: want all but %s, which runs only alone", o.scenarios, soakName)
 	}
 	// --cluster picks the broker-fault scenarios.
 	o, err = parse([]string{"--processor", bin, "--cluster", bin, "--brokers", "b:1"}, io.Discard)

@@ -42,6 +42,45 @@
 //
 // Every wait has a deadline and every scenario a hard bound (--timeout).
 // Children are killed when the harness exits, on SIGINT and SIGTERM too.
+//
+// # Soak
+//
+// --scenarios soak (alone; `make soak`) runs one processor for
+// --soak-duration under steady load, no chaos: the friendly load with its
+// leaves and rejoins spread over the whole run, and with --hostile one
+// hostile scene every --soak-scene-every. The rate is --rate or, with
+// --rate 0, half the maximum a probe measures first: a backlog of
+// --soak-probe-signals signals on topics of their own, drained by a fresh
+// processor; the maximum is the signals its group commits per second. The
+// load never exceeds --soak-max-signals (the oracle keeps a digest of every
+// signal in memory, about 600 bytes each): a longer run gets a lower rate,
+// and the first line says which rate it took and why.
+//
+// Every --soak-every the harness reads the processor's /metrics: RSS
+// (process_resident_memory_bytes), Go heap in use
+// (go_memstats_heap_inuse_bytes), goroutines (go_goroutines), gate members,
+// held bytes and consumer lag (the cohortgate_ series, summed over their
+// labels), prints a progress line, and at the end writes them to
+// --soak-out as soak-<run>.csv and soak-<run>.png (one panel a metric, x in
+// minutes, the second half's fitted line in red).
+//
+// Flat means no metric grows without bound once warm. The first half of
+// the run is warm-up and is not judged. Over the second half, a
+// least-squares line is fitted to each metric; its slope times the whole
+// run's length is the growth. A metric is flat when the growth, less two
+// standard errors of it (the noise: a heap's sawtooth over a few minutes),
+// stays within max(floor, share × the second half's mean): RSS 32 MiB or
+// 20%, heap 16 MiB or 20%, goroutines 20 or 20%, held bytes 4 MiB or 50%,
+// consumer lag 20000 records or 50%. Gate members are state that grows by
+// design (one entry per user who ever left, and the leaves are spread over
+// the run): they are flat when they never exceed the users the load can
+// make leave (its leavers and its hostile scenes' users). The verdict
+// table shows each metric's first, last and maximum, slope, growth, noise
+// and bound. The soak fails on a metric that is not flat, on any damage the
+// oracle finds, or on a finding, like any scenario. A run of a few minutes
+// is mostly warm-up (RSS and heap step up when the first megabyte records
+// of the hostile mix arrive): --soak-widen multiplies every floor and
+// share, and CI's three minutes use 4, which catches gross growth only.
 package main
 
 import (
@@ -90,6 +129,16 @@ type options struct {
 	verifyGrace    time.Duration
 	settleTimeout  time.Duration
 	logLevel       string
+
+	// The soak (--scenarios soak).
+	soakDuration     time.Duration
+	soakEvery        time.Duration
+	soakSceneEvery   time.Duration
+	soakProbeSignals int
+	soakMaxSignals   int
+	soakOut          string
+	soakRedraw       string
+	soakWiden        float64
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -102,8 +151,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&brokers, "brokers", "", "comma-separated seed brokers; empty: an in-process kfake broker on a free port")
 	fs.StringVar(&o.cluster, "cluster", "", "path of integration/kafka/kafka.sh whose three-node cluster (start-cluster) --brokers name: runs the broker-fault scenarios, with replication factor 3")
 	fs.DurationVar(&o.bounceSpan, "bounce-span", 30*time.Second, "with --cluster: about how long a broker takes to be killed, restarted and back in sync (10-15s idle, 30-40s on a busy machine); the load is spread over the faults by it")
-	fs.StringVar(&scenarioList, "scenarios", "", "comma-separated scenarios to run, in order; empty: "+strings.Join(scenarioNames(scenarios), ",")+
-		"; with --cluster: "+strings.Join(scenarioNames(brokerScenarios), ","))
+	fs.StringVar(&scenarioList, "scenarios", "", "comma-separated scenarios to run, in order; empty: "+strings.Join(defaultScenarios(), ",")+
+		"; with --cluster: "+strings.Join(scenarioNames(brokerScenarios), ",")+"; "+soakName+" runs only alone and when asked for")
 	fs.IntVar(&o.signals, "signals", 60_000, "signals per scenario")
 	fs.IntVar(&o.users, "users", 6_000, "users per scenario")
 	fs.IntVar(&o.valueSize, "value-size", 100, "bytes per signal value")
@@ -128,6 +177,14 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.verifyGrace, "verify-grace", 30*time.Second, "how long open transactions may take to end before they count as hanging")
 	fs.DurationVar(&o.settleTimeout, "settle-timeout", 60*time.Second, "how long the group may take to settle after a chaos step before the processors count as stuck (dumped and restarted, a finding)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "the processors' --log-level")
+	fs.DurationVar(&o.soakDuration, "soak-duration", 10*time.Minute, "soak: how long the steady load runs (--signals is rate × this)")
+	fs.DurationVar(&o.soakEvery, "soak-every", 10*time.Second, "soak: how often the processor's /metrics is sampled")
+	fs.DurationVar(&o.soakSceneEvery, "soak-scene-every", 30*time.Second, "soak: one hostile scene per this much of the load, with --hostile (instead of --hostile-scenes)")
+	fs.IntVar(&o.soakProbeSignals, "soak-probe-signals", 2_000_000, "soak with --rate 0: the backlog whose drain rate is the measured maximum")
+	fs.IntVar(&o.soakMaxSignals, "soak-max-signals", 3_000_000, "soak: the most signals the load may have (the oracle keeps every signal's digest in memory); the rate is lowered to fit")
+	fs.StringVar(&o.soakOut, "soak-out", "bin/soak", "soak: where the CSV and the PNG go (soak-<run>.csv, .png)")
+	fs.Float64Var(&o.soakWiden, "soak-widen", 1, "soak: multiply the floor and the share of every flatness bound (a run of a few minutes is mostly warm-up)")
+	fs.StringVar(&o.soakRedraw, "soak-redraw", "", "soak: judge a kept CSV again and draw its PNG beside it, with no broker and no processor; give the run's load flags")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -137,7 +194,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	o.brokers = cmdline.List(brokers)
 	o.scenarios = cmdline.List(scenarioList)
 	if len(o.scenarios) == 0 {
-		o.scenarios = scenarioNames(scenarios)
+		o.scenarios = defaultScenarios()
 		if o.cluster != "" {
 			o.scenarios = scenarioNames(brokerScenarios)
 		}
@@ -177,6 +234,23 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 			bad("--cluster: needs --brokers, the cluster's brokers")
 		}
 	}
+	if slices.Contains(o.scenarios, soakName) {
+		if len(o.scenarios) > 1 {
+			bad("--scenarios: %s runs alone", soakName)
+		}
+		if o.soakDuration < 30*time.Second || o.soakEvery < time.Second || o.soakEvery > o.soakDuration/3 {
+			bad("--soak-duration %v, --soak-every %v: want at least 30s, and at least three samples of 1s or more", o.soakDuration, o.soakEvery)
+		}
+		if !(o.soakWiden >= 1) {
+			bad("--soak-widen: %v must be at least 1", o.soakWiden)
+		}
+		if o.soakSceneEvery <= 0 || o.soakProbeSignals < 1000 || o.soakMaxSignals < 1 {
+			bad("--soak-scene-every, --soak-probe-signals (at least 1000) and --soak-max-signals must be positive")
+		}
+		// The load, the wait for its last decisions and the oracle all
+		// fall within one scenario's bound.
+		o.timeout = max(o.timeout, o.soakDuration+20*time.Minute)
+	}
 	if o.signals < 1 || o.users < 1 {
 		bad("--signals and --users: must be at least 1")
 	}
@@ -201,6 +275,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if o.rate < 0 {
 		bad("--rate: %v must be >= 0", o.rate)
 	}
+	if o.soakRedraw != "" {
+		return o, errors.Join(errs...) // no processor runs
+	}
 	if _, err := os.Stat(o.processor); err != nil {
 		bad("--processor: %v (build it with `make build`)", err)
 	} else if abs, err := filepath.Abs(o.processor); err == nil {
@@ -218,11 +295,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.soakRedraw != "" {
+		return redrawSoak(o, stdout)
+	}
 	h, err := newHarness(ctx, o, stdout, stderr)
 	if err != nil {
 		return err
 	}
 	defer h.close()
+	if slices.Contains(o.scenarios, soakName) {
+		if err := h.prepareSoak(ctx); err != nil {
+			return err
+		}
+	}
 	var results []result
 	h.header()
 	for _, name := range o.scenarios {
@@ -248,6 +333,18 @@ func scenarioNames(list []scenario) []string {
 	var out []string
 	for _, s := range list {
 		out = append(out, s.name)
+	}
+	return out
+}
+
+// defaultScenarios are the scenarios run when --scenarios is not given:
+// all but those that run alone.
+func defaultScenarios() []string {
+	var out []string
+	for _, s := range scenarios {
+		if !s.alone {
+			out = append(out, s.name)
+		}
 	}
 	return out
 }

@@ -44,6 +44,9 @@ type scenario struct {
 	// when --rate is 0.
 	span func(o *options) time.Duration
 	act  func(r *scenarioRun, ctx context.Context) error
+	// alone: the scenario runs only when asked for, and by itself (the
+	// soak, which sets the load's size and rate).
+	alone bool
 }
 
 var scenarios = []scenario{
@@ -66,6 +69,11 @@ var scenarios = []scenario{
 		name: "wipe", instances: 2,
 		span: fixedSpan(30 * time.Second),
 		act:  (*scenarioRun).wipe,
+	},
+	{
+		name: soakName, instances: 1, alone: true,
+		span: func(o *options) time.Duration { return o.soakDuration },
+		act:  (*scenarioRun).soak,
 	},
 	{
 		name: "control-no-txn", instances: 2,
@@ -154,6 +162,8 @@ type scenarioRun struct {
 	produceD chan struct{}    // closed when the producer is done
 	meter    stallMeter       // forward progress, as the output's reader sees it
 
+	soakRes *soakResult // the soak's samples; nil in other scenarios
+
 	mu struct {
 		sync.Mutex
 		findings []string
@@ -207,6 +217,10 @@ func (h *harness) run(parent context.Context, sc scenario) result {
 		}
 	}
 	res.findings = r.findings()
+	if r.soakRes != nil {
+		h.finishSoak(r, r.soakRes)
+		res.soak = r.soakRes
+	}
 	for _, in := range r.insts {
 		in.shutdown()
 		h.forget(in)
@@ -600,39 +614,15 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 				}
 			}
 		}
-		var inputs []string
-		for _, in := range r.set.Inputs() {
-			inputs = append(inputs, string(in))
-		}
-		ends, err := r.h.adm.ListEndOffsets(ctx, inputs...)
-		if err != nil {
-			return err
-		}
-		committed, err := r.h.adm.FetchOffsets(ctx, r.group)
-		if err != nil {
-			return err
-		}
-		var lag int64
-		var lagging []string
 		checkMarkers := time.Since(lastMarkerCheck) >= 5*time.Second
 		if checkMarkers {
 			lastMarkerCheck = time.Now()
 		}
-		var markerErr error
-		ends.Each(func(o kadm.ListedOffset) {
-			c, ok := committed.Lookup(o.Topic, o.Partition)
-			if o.Offset > 0 && (!ok || c.At < o.Offset) {
-				if ok && c.At >= 0 && checkMarkers {
-					only, err := onlyMarkers(ctx, r.h.brokers, o.Topic, o.Partition, c.At, o.Offset)
-					if only {
-						return // a tail of transaction markers: decided
-					}
-					markerErr = errors.Join(markerErr, err)
-				}
-				lag += o.Offset - max(c.At, 0)
-				lagging = append(lagging, fmt.Sprintf("%s/%d: %d of %d", o.Topic, o.Partition, c.At, o.Offset))
-			}
-		})
+		committed, end, lagging, markerErr, err := r.signalsCommitted(ctx, checkMarkers)
+		if err != nil {
+			return err
+		}
+		lag := end - committed
 		if lag == 0 {
 			return nil
 		}
@@ -645,6 +635,47 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 		}
 		return fmt.Errorf("%d signals undecided (%s)", lag, strings.Join(lagging, ", "))
 	})
+}
+
+// signalsCommitted returns how far the group has committed the inputs
+// (each partition's committed offset, at most its end, summed), the sum of
+// their end offsets, and the partitions still behind. With checkMarkers, a
+// partition behind only by a tail of transaction markers (see onlyMarkers)
+// counts as committed to its end; errors reading those tails come back in
+// markerErr, which leaves the partition behind.
+func (r *scenarioRun) signalsCommitted(ctx context.Context, checkMarkers bool) (committed, end int64, lagging []string, markerErr, err error) {
+	var inputs []string
+	for _, in := range r.set.Inputs() {
+		inputs = append(inputs, string(in))
+	}
+	ends, err := r.h.adm.ListEndOffsets(ctx, inputs...)
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	offsets, err := r.h.adm.FetchOffsets(ctx, r.group)
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		c, ok := offsets.Lookup(o.Topic, o.Partition)
+		at := int64(0)
+		if ok {
+			at = min(max(c.At, 0), o.Offset)
+		}
+		end += o.Offset
+		if at < o.Offset && ok && c.At >= 0 && checkMarkers {
+			only, err := onlyMarkers(ctx, r.h.brokers, o.Topic, o.Partition, c.At, o.Offset)
+			if only {
+				at = o.Offset // a tail of transaction markers: decided
+			}
+			markerErr = errors.Join(markerErr, err)
+		}
+		committed += at
+		if at < o.Offset {
+			lagging = append(lagging, fmt.Sprintf("%s/%d: %d of %d", o.Topic, o.Partition, c.At, o.Offset))
+		}
+	})
+	return committed, end, lagging, markerErr, nil
 }
 
 // pick returns one of the running instances at random.
