@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"time"
 
-	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -62,7 +60,7 @@ func (h *harness) restorePhase(ctx context.Context) {
 func (h *harness) restore(ctx context.Context, n int, set topics.Set, profile bool) restoreResult {
 	r := restoreResult{Members: n}
 	dir := filepath.Join(h.o.workDir, "stores", "members-"+strconv.Itoa(n))
-	build, err := buildStore(ctx, dir, n, func(done int) {
+	build, err := buildBulkStore(ctx, dir, n, func(done int) {
 		h.printf("restore: building a store of %d members: %d written", n, done)
 	})
 	if err != nil {
@@ -137,84 +135,6 @@ func parseRestoreLine(line string) (members int, took time.Duration, err error) 
 	}
 	took, err = time.ParseDuration(m[2])
 	return members, took, err
-}
-
-// storeFormat names the shape of the stores buildStore makes; a cached
-// store of another shape is rebuilt.
-const storeFormat = "v2: random ids written in key order; one open leave and a processor-like note per member\n"
-
-// buildStore makes, in dataDir/membership, a store of n members written
-// with membership batches of 100 000 commands, unless dataDir already holds
-// one of the same format. Each member has left once (one open episode)
-// and carries a note like the one the processor writes with each command.
-// User ids are random over the whole uint64 range, as real ids are, and
-// written in ascending order: each command reads the user's records first,
-// and in key order that read finds its blocks cached, so the build runs at
-// Pebble's write rate instead of one random read per member (ten times
-// slower at 10M). The restore scans in key order whatever the write order.
-// It returns how long the build took (0 when cached).
-func buildStore(ctx context.Context, dataDir string, n int, progress func(done int)) (time.Duration, error) {
-	marker := filepath.Join(dataDir, "bench-store-complete")
-	if b, err := os.ReadFile(marker); err == nil && string(b) == storeFormat {
-		return 0, nil
-	}
-	if err := os.RemoveAll(dataDir); err != nil {
-		return 0, err
-	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	// NoSync: the build is not what is measured; Close makes it durable.
-	s, err := membership.Open(filepath.Join(dataDir, "membership"), &membership.Options{NoSync: true})
-	if err != nil {
-		return 0, err
-	}
-	ids := memberIDs(n)
-	const batchSize = 100_000
-	const baseNs = 1_764_633_600_000_000_000
-	lastPrint := time.Now()
-	for from := 0; from < n; from += batchSize {
-		if err := ctx.Err(); err != nil {
-			s.Close()
-			return 0, err
-		}
-		b := s.NewBatch()
-		for i := from; i < min(from+batchSize, n); i++ {
-			user := ids[i]
-			at := uint64(baseNs + i)
-			if _, err := b.Leave(user, at); err != nil {
-				b.Close()
-				s.Close()
-				return 0, err
-			}
-			note := topics.AppendNote(nil, topics.Note{
-				Command: &topics.CommandRef{Op: "leave", AtNs: at, Topic: "membership.commands",
-					Partition: int32(i % 6), Offset: int64(i / 6), RequestID: "r-" + strconv.Itoa(i), Changed: true},
-				Receipt: &topics.Receipt{AppliedAtNs: int64(at) + 5_000_000, SignalsPartition: int32(i % 6), SignalsOffset: int64(i)},
-			})
-			if err := b.SetNote(user, note); err != nil {
-				b.Close()
-				s.Close()
-				return 0, err
-			}
-		}
-		if err := b.Commit(); err != nil {
-			s.Close()
-			return 0, err
-		}
-		if time.Since(lastPrint) >= time.Second {
-			lastPrint = time.Now()
-			progress(min(from+batchSize, n))
-		}
-	}
-	if err := s.Close(); err != nil {
-		return 0, err
-	}
-	if err := os.WriteFile(marker, []byte(storeFormat), 0o644); err != nil {
-		return 0, err
-	}
-	return time.Since(start), nil
 }
 
 // memberIDs returns n distinct random user ids (never 0), seeded by n, in

@@ -24,15 +24,15 @@ func TestMemberIDs(t *testing.T) {
 	}
 }
 
-func TestBuildStore(t *testing.T) {
+func TestBuildBulkStore(t *testing.T) {
 	dir := t.TempDir()
 	const n = 2_000
-	took, err := buildStore(context.Background(), dir, n, func(int) {})
+	took, err := buildBulkStore(context.Background(), dir, n, func(int) {})
 	if err != nil || took == 0 {
-		t.Fatalf("buildStore = %v, %v; want a build", took, err)
+		t.Fatalf("buildBulkStore = %v, %v; want a build", took, err)
 	}
-	if took, err = buildStore(context.Background(), dir, n, func(int) {}); err != nil || took != 0 {
-		t.Fatalf("second buildStore = %v, %v; want the cached store", took, err)
+	if took, err = buildBulkStore(context.Background(), dir, n, func(int) {}); err != nil || took != 0 {
+		t.Fatalf("second buildBulkStore = %v, %v; want the cached store", took, err)
 	}
 	s, err := membership.Open(filepath.Join(dir, "membership"), nil)
 	if err != nil {

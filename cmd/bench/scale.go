@@ -283,12 +283,14 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 // cached store of another shape is rebuilt.
 const bulkStoreFormat = "bulk v1: random ids in key order; one open leave and a processor-like note per member\n"
 
-// buildBulkStore makes, in dataDir/membership, a store of n members, as
-// buildStore does (the same users, boundaries and notes) but through
+// buildBulkStore makes, in dataDir/membership, a store of n members
+// (memberIDs), each of whom has left once (one open episode) and carries a
+// note like the one the processor writes with each command, through
 // membership.Bulk: each member written whole, without the read and the
 // identity a command costs, so that 100M members build in minutes rather
 // than hours. Unless dataDir already holds one of the same format. It
-// returns how long the build took (0 when cached).
+// returns how long the build took (0 when cached). The restore scans in key
+// order whatever the write order.
 func buildBulkStore(ctx context.Context, dataDir string, n int, progress func(done int)) (time.Duration, error) {
 	marker := filepath.Join(dataDir, "bench-store-complete")
 	if b, err := os.ReadFile(marker); err == nil && string(b) == bulkStoreFormat {

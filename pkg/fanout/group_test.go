@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // flakyOffsets fails its first fails reads of the committed offsets, then
@@ -71,23 +72,16 @@ func TestClaimStartsAtJudgedAfterUnreadableMeta(t *testing.T) {
 		{"no failure", 0, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
-			cfg := Config{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)}
-			cfg.EnsureDefaults()
-			b := store.NewBatch()
-			if err := b.SetCheckpoint(string(cfg.Topics.Commands), 3, 40); err != nil {
+			f := &flakyOffsets{fails: tc.fails, err: tc.err, part: tc.part,
+				meta: map[string]map[int32]string{string(topics.Defaults().Signals): {3: "1000:25"}}}
+			o := newTestOwnership(t, f)
+			b := o.store.(*membership.Store).NewBatch()
+			if err := b.SetCheckpoint(string(o.cfg.Topics.Commands), 3, 40); err != nil {
 				t.Fatal(err)
 			}
 			if err := b.Commit(); err != nil {
 				t.Fatal(err)
 			}
-			f := &flakyOffsets{fails: tc.fails, err: tc.err, part: tc.part,
-				meta: map[string]map[int32]string{string(cfg.Topics.Signals): {3: "1000:25"}}}
-			o := &ownership{cfg: &cfg, store: store, claims: &claims{}, adm: f, halt: func(err error) { t.Errorf("halted: %v", err) }}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			start := o.claim(ctx, []int32{3})
@@ -111,15 +105,8 @@ func TestClaimStartsAtJudgedAfterUnreadableMeta(t *testing.T) {
 // TestClaimWaitsForMetaUntilStopped: while the metadata cannot be read the
 // partition stays unclaimed (its signals held); a stop ends the wait.
 func TestClaimWaitsForMetaUntilStopped(t *testing.T) {
-	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)}
-	cfg.EnsureDefaults()
 	f := &flakyOffsets{fails: 1 << 30, err: errors.New("down")}
-	o := &ownership{cfg: &cfg, store: store, claims: &claims{}, adm: f, halt: func(err error) { t.Errorf("halted: %v", err) }}
+	o := newTestOwnership(t, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan map[int32]int64)
 	go func() {
@@ -144,4 +131,18 @@ func TestClaimWaitsForMetaUntilStopped(t *testing.T) {
 	if start := <-done; len(start) != 0 {
 		t.Errorf("claimed %v after the stop", start)
 	}
+}
+
+// newTestOwnership is an ownership over a store in memory (closed with the
+// test) and the default topics, reading the group's offsets from adm.
+func newTestOwnership(t *testing.T, adm groupAdmin) *ownership {
+	t.Helper()
+	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)}
+	cfg.EnsureDefaults()
+	return &ownership{cfg: &cfg, store: store, claims: &claims{}, adm: adm, halt: func(err error) { t.Errorf("halted: %v", err) }}
 }
