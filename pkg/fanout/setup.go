@@ -153,10 +153,16 @@ func readLimits(ctx context.Context, adm *kadm.Client, set topics.Set) (limits, 
 		names = append(names, string(s.Topic))
 	}
 	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if fatal := notAuthorized("reading the topics' max.message.bytes (DescribeConfigs on "+strings.Join(names, ", ")+")", err); fatal != nil {
+		return l, fatal
+	}
 	if err != nil {
 		return l, fmt.Errorf("unable to read the topics' max.message.bytes: %w", err)
 	}
 	for _, rc := range rcs {
+		if fatal := notAuthorized("reading the configs of topic "+rc.Name+" (DescribeConfigs)", rc.Err); fatal != nil {
+			return l, fatal
+		}
 		if rc.Err != nil {
 			return l, fmt.Errorf("unable to read the configs of topic %s: %w", rc.Name, rc.Err)
 		}
