@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/cohortgate/cohortgate/pkg/fanout"
 	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
 )
@@ -157,6 +158,19 @@ type storageRun struct {
 	users   []uint64
 }
 
+// start opens the store on fs and runs a processor on it until it is
+// ready on both partitions.
+func (r *storageRun) start(t *testing.T, fs vfs.FS, cfg fanout.Config) *proc {
+	t.Helper()
+	store, err := openStore(t, fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := r.e.startOn(store, cfg)
+	pr.waitReady(t, 2)
+	return pr
+}
+
 func (r *storageRun) signal(user uint64, ts time.Time, forward bool) {
 	ts = ts.Truncate(time.Millisecond) // what the record carries
 	v := fmt.Sprintf("u%d@%d", user, ts.UnixNano())
@@ -294,15 +308,7 @@ func storageFaultWhileApplying(t *testing.T, fault diskFault, rng *rand.Rand) {
 		run.users = append(run.users, u)
 	}
 	cfg := e.config()
-	start := func() *proc {
-		store, err := openStore(t, efs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pr := e.startOn(store, cfg)
-		pr.waitReady(t, 2)
-		return pr
-	}
+	start := func() *proc { return run.start(t, efs, cfg) }
 
 	// Before the fault: every user has a signal forwarded, and users 9 to
 	// 12 left and came back, so that the store has records to read.
@@ -395,15 +401,7 @@ func TestStorageFaultWhileRestoring(t *testing.T) {
 	efs := errorfs.Wrap(vfs.NewMem(), d)
 	run := &storageRun{e: e, forward: make(map[string]bool), users: []uint64{1, 2, 3, 4, 5, 6}}
 	cfg := e.config()
-	start := func() *proc {
-		store, err := openStore(t, efs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pr := e.startOn(store, cfg)
-		pr.waitReady(t, 2)
-		return pr
-	}
+	start := func() *proc { return run.start(t, efs, cfg) }
 
 	pr := start()
 	for u := uint64(1); u <= 3; u++ {
