@@ -136,9 +136,10 @@
 // store must be closed and opened again once the disk is fixed. Nothing is
 // lost: every batch whose Commit returned nil is in the store reopened, and
 // the batch that failed is there in full or not at all. A failure Pebble
-// meets in a background job of its own, outside any call (writing its
-// MANIFEST), cannot be returned: it ends the process with a panic that
-// names the directory.
+// cannot go on from in a background job of its own, outside any call
+// (writing its MANIFEST, syncing a directory), fails the store too:
+// [Store.Failed] is closed, [Store.Err] says what failed, and every later
+// call returns it; the process goes on (it used to end with a panic).
 //
 // # Concurrency
 //

@@ -32,13 +32,12 @@ type Options struct {
 	// logger that discards everything, so that opening a store prints
 	// nothing. Pebble calls Fatalf only for errors it cannot continue from
 	// (a failed write or sync of its write-ahead log or MANIFEST); the
-	// store logs those at Error level and then panics, as Pebble requires
-	// that Fatalf not return. When the failure happens inside a call of the
-	// store (a Commit, say), the store recovers the panic and the call
+	// store logs those at Error level and fails (ErrFailed). When the
+	// failure happens inside a call of the store (a Commit, say), the call
 	// returns an error wrapping ErrFailed; when it happens in one of
 	// Pebble's background jobs (a flush or compaction writing its
-	// MANIFEST), nothing can recover it and the panic, which names the
-	// store's directory, ends the process.
+	// MANIFEST), Store.Failed's channel is closed and every later call
+	// returns the error. The process goes on either way.
 	Logger *slog.Logger
 
 	// CacheSize is the size in bytes of Pebble's block cache. Default
@@ -98,9 +97,9 @@ func (o *Options) Validate() error {
 // pebbleOptions returns the Pebble options for o, which has been defaulted.
 func (o *Options) pebbleOptions(dir string, bg *background) *pebble.Options {
 	return &pebble.Options{
-		FS:            o.FS,
 		CacheSize:     o.CacheSize,
-		Logger:        pebbleLogger{l: o.Logger, dir: dir},
+		FS:            dirSyncFS{FS: o.FS, bg: bg, dir: dir},
+		Logger:        pebbleLogger{l: o.Logger, dir: dir, bg: bg},
 		EventListener: bg.listener(),
 	}
 }
@@ -117,7 +116,8 @@ func (o *Options) writeOptions() *pebble.WriteOptions {
 // what the handler will keep.
 type pebbleLogger struct {
 	l   *slog.Logger
-	dir string // the store's, for its fatal errors
+	dir string      // the store's, for its fatal errors
+	bg  *background // fails the store from a goroutine of Pebble's own
 }
 
 var _ pebble.Logger = pebbleLogger{}
@@ -137,11 +137,9 @@ func (p pebbleLogger) Infof(format string, args ...any) { p.logf(slog.LevelDebug
 func (p pebbleLogger) Errorf(format string, args ...any) { p.logf(slog.LevelError, format, args) }
 
 // Fatalf implements pebble.Logger. Pebble calls it when it cannot go on (a
-// failed write or sync of its write-ahead log, corruption found in the
-// background) and expects it not to return. It panics with a *fatalError,
-// which a call of the store recovers (Store.guard) and a background job of
-// Pebble cannot: panicking rather than exiting lets the process's own
-// handlers run.
+// failed write or sync of its write-ahead log or MANIFEST, corruption found
+// in the background) and expects it not to return: the store fails, as
+// background.fatalHere says.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.logf(slog.LevelError, format, args)
 	f := &fatalError{dir: p.dir, msg: fmt.Sprintf(format, args...)}
@@ -151,5 +149,8 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 			break
 		}
 	}
-	panic(f)
+	if p.bg == nil {
+		panic(f)
+	}
+	p.bg.fatalHere(f)
 }

@@ -20,7 +20,11 @@ type Store struct {
 	// failed is the *fatalError of the storage failure the store met, nil
 	// while there was none: see ErrFailed.
 	failed atomic.Pointer[fatalError]
-	// bgFailed is closed when Pebble's background jobs failed the store.
+	// down is closed once failed is set (see Failed); downOnce closes it.
+	down     chan struct{}
+	downOnce sync.Once
+	// bgFailed is closed when Pebble's background jobs failed the store:
+	// Pebble's own Close would wait for them.
 	bgFailed <-chan struct{}
 
 	// claims enforces that no two open batches change the same user.
@@ -59,7 +63,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("membership: open %q: %w", dir, err)
 	}
-	s := &Store{dir: dir, opts: o, writeOpt: o.writeOptions()}
+	s := &Store{dir: dir, opts: o, writeOpt: o.writeOptions(), down: make(chan struct{})}
 	s.claims.owner = make(map[uint64]*Batch)
 	if err := s.open(); err != nil {
 		return nil, err
@@ -76,9 +80,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 // meanwhile (see background), Open returns the failure and leaves that
 // goroutine to close the database should it ever open.
 func (s *Store) open() (err error) {
-	bg := newBackground(s.dir, s.opts.BackgroundFailureTimeout, s.opts.Logger, func(f *fatalError) {
-		s.failed.CompareAndSwap(nil, f)
-	})
+	bg := newBackground(s.dir, s.opts.BackgroundFailureTimeout, s.opts.Logger, s.markFailed)
 	s.bgFailed = bg.failed
 	type opened struct {
 		db  *pebble.DB
@@ -166,8 +168,33 @@ func (s *Store) fail(r any) *fatalError {
 	if !ok {
 		panic(r)
 	}
-	s.failed.CompareAndSwap(nil, f)
+	s.markFailed(f)
 	return f
+}
+
+// markFailed records f as the store's failure, unless it failed already,
+// and closes Failed's channel.
+func (s *Store) markFailed(f *fatalError) {
+	s.failed.CompareAndSwap(nil, f)
+	s.downOnce.Do(func() { close(s.down) })
+}
+
+// Failed returns a channel that is closed once the store has failed
+// (ErrFailed): a call met a failed write or sync, or one of Pebble's
+// background jobs did (a flush or compaction that kept failing for
+// Options.BackgroundFailureTimeout, or a failed write of its MANIFEST). A
+// failure in the background is seen by no call until the next one, which
+// may be long in coming when no commands arrive; a processor selects on
+// Failed to stop at once. Err says what failed.
+func (s *Store) Failed() <-chan struct{} { return s.down }
+
+// Err returns the store's failure, a *StorageError wrapping ErrFailed that
+// names the directory, or nil while it has not failed.
+func (s *Store) Err() error {
+	if f := s.failed.Load(); f != nil {
+		return s.storageErr("run", f)
+	}
+	return nil
 }
 
 // checkFormat stamps an empty store with formatVersion, or checks the stamp of
