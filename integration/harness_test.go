@@ -157,6 +157,13 @@ func (e *env) start(dir string, cfg fanout.Config) *proc {
 // startOn is start over an open store, which the processor's stop closes.
 func (e *env) startOn(store *membership.Store, cfg fanout.Config) *proc {
 	e.t.Helper()
+	return e.startThrough(store, store, cfg)
+}
+
+// startThrough is startOn with the processor reaching store through
+// through, a wrapper of the test's.
+func (e *env) startThrough(through fanout.Store, store *membership.Store, cfg fanout.Config) *proc {
+	e.t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 	if testing.Verbose() {
@@ -165,7 +172,7 @@ func (e *env) startOn(store *membership.Store, cfg fanout.Config) *proc {
 	if os.Getenv("COHORTGATE_KGO_DEBUG") == "1" {
 		cfg.KafkaOpts = append(cfg.KafkaOpts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
 	}
-	p, err := fanout.New(cfg, store)
+	p, err := fanout.New(cfg, through)
 	if err != nil {
 		store.Close()
 		e.t.Fatal(err)

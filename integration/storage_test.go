@@ -379,6 +379,41 @@ func storageFaultWhileApplying(t *testing.T, fault diskFault, rng *rand.Rand) {
 	run.sameState(t, pr)
 }
 
+// backgroundFailure is a store that fails as one does when a background
+// job of Pebble's meets a fault (pkg/membership's
+// TestFaultManifestInBackground makes a real one): no call meets it, but
+// Failed is closed and Err names the store, the file and the fault.
+type backgroundFailure struct {
+	*membership.Store
+	down chan struct{}
+	err  error
+}
+
+func (b *backgroundFailure) Failed() <-chan struct{} { return b.down }
+func (b *backgroundFailure) Err() error              { return b.err }
+
+// TestStorageFailsInTheBackground: a store that fails in one of Pebble's
+// background jobs halts the processor at once with the store's error,
+// though no command comes for a call of the store to meet it. Before, the
+// processor went on forwarding over a store that could no longer write.
+func TestStorageFailsInTheBackground(t *testing.T) {
+	e := newEnv(t, 2)
+	store, err := openStore(t, vfs.NewMem())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pe := &fs.PathError{Op: "write", Path: storeDir + "/MANIFEST-000001", Err: errorfs.ErrInjected}
+	failing := &backgroundFailure{Store: store, down: make(chan struct{}),
+		err: &membership.StorageError{Dir: storeDir, Op: "run", Err: errors.Join(membership.ErrFailed, pe)}}
+	pr := e.startThrough(failing, store, e.config())
+	pr.waitReady(t, 2)
+	e.signal(1, time.Now(), "before")
+	e.waitDecided()
+
+	close(failing.down)
+	checkHalt(t, pr, &disk{fault: diskFaults[0]})
+}
+
 // TestStorageFaultWhileRestoring fails a read of the store's disk at a
 // seeded random point of what the processor reads at start (opening the
 // store, restoring the gate, loading the outbox, the checkpoints), with
@@ -391,8 +426,9 @@ func storageFaultWhileApplying(t *testing.T, fault diskFault, rng *rand.Rand) {
 //
 // Writes, syncs and a full disk at start are tested on the store alone
 // (pkg/membership, TestFaultRestoring): some of them fail in a background
-// flush that Pebble cannot go on from, which ends the process, and a test
-// of the processor runs in the test's.
+// flush that Pebble cannot go on from, which fails the store (it used to
+// end the process), and TestStorageFailsInTheBackground shows what the
+// processor does then.
 func TestStorageFaultWhileRestoring(t *testing.T) {
 	seed := storageSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 100))

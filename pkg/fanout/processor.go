@@ -210,6 +210,14 @@ func (p *Processor) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	run("store", func(ctx context.Context) error {
+		select {
+		case <-p.store.Failed():
+			return p.store.Err()
+		case <-ctx.Done():
+			return nil
+		}
+	})
 	applierDone := make(chan struct{})
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
 		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(),

@@ -16,6 +16,12 @@ type Store interface {
 	Member(userID uint64) (membership.Member, error)
 	Outbox(fn func(seq uint64, value []byte) error) error
 	DeleteOutbox(through uint64) error
+	// Failed is closed once the store has failed, Err says how: a failure
+	// in one of Pebble's background jobs is met by no call until the next
+	// one, and the processor halts at once instead of forwarding over a
+	// store that can no longer write.
+	Failed() <-chan struct{}
+	Err() error
 }
 
 var _ Store = (*membership.Store)(nil)
