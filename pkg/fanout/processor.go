@@ -32,6 +32,7 @@ type Processor struct {
 
 	restored  atomic.Bool
 	started   atomic.Bool // topics checked, clients running
+	joined    atomic.Bool // the group assigned the current session its partitions (ownership.assignedOnce)
 	held      atomic.Int64
 	heldBytes atomic.Int64
 }
@@ -87,14 +88,18 @@ func New(cfg Config, store Store) (*Processor, error) {
 }
 
 // Ready reports whether the processor forwards: the gate is restored, the
-// topics are checked, and every owned partition has caught up with its
-// commands. When not ready, why says what it waits for.
+// topics are checked, the consumer group has assigned this instance its
+// partitions (perhaps none, when the group has more instances than
+// partitions), and every owned partition has caught up with its commands.
+// When not ready, why says what it waits for.
 func (p *Processor) Ready() (ok bool, why string) {
 	switch {
 	case !p.restored.Load():
 		return false, "restoring membership state from the local store"
 	case !p.started.Load():
 		return false, "connecting to Kafka and checking topics"
+	case !p.joined.Load():
+		return false, "joining the consumer group"
 	}
 	if n := p.restoring(); n > 0 {
 		return false, fmt.Sprintf("%d partition(s) catching up with their commands", n)
@@ -243,7 +248,8 @@ func (p *Processor) Run(ctx context.Context) error {
 		ev: p.ev}
 	run("alignment", al.run)
 	p.started.Store(true)
-	own := &ownership{cfg: &p.cfg, store: p.store, claims: &p.claims, cmds: k.cmds, adm: k.adm, ev: p.ev, halt: halt}
+	own := &ownership{cfg: &p.cfg, store: p.store, claims: &p.claims, cmds: k.cmds, adm: k.adm, ev: p.ev, halt: halt,
+		assignedOnce: &p.joined}
 	err = p.signals(ctx, k, own, applierDone, halt)
 	halt(err)
 	wg.Wait()
@@ -268,6 +274,7 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 		rules.outs = append(rules.outs, routeOut{topic: string(r.Out), limit: k.lim.of(string(r.Out))})
 	}
 	for ctx.Err() == nil {
+		p.joined.Store(false) // a new session joins anew
 		s, err := p.newSession(own)
 		if err != nil {
 			return err
