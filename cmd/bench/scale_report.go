@@ -299,7 +299,9 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 	w("- command: `%s`; took %v; picture: [%s](%s), figures: [%s](%s)\n\n", invoked, took.Round(time.Second), o.png, o.png, o.csv, o.csv)
 	w("| members | ready, snapshot | ready, scan | gate restore, snapshot | gate restore, scan | CPU s to ready snapshot / scan | peak RSS snapshot / scan | gate B/member | lookups/s | store + snapshot on disk | snapshot write |\n")
 	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	secs := func(s spread) string { return spreadText(s, func(x float64) string { return fmt.Sprintf("%.2f", x) }) + " s" }
+	secs := func(s spread) string {
+		return spreadText(s, func(x float64) string { return fmt.Sprintf("%.2f", x) }) + " s"
+	}
 	var scanned scaleResult // the largest size scanned, for the extrapolation
 	for _, r := range rs {
 		if r.Err != "" {
@@ -328,8 +330,8 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 	w("\nEach start figure is the median [min – max] of %d starts of each path per size (CPU s: the median). "+
 		"Ready: process start of bin/processor (embedded broker, empty topics) to the first 200 of /readyz, polled every 10 ms: the gate restored, the topics checked, the group's assignment received and every partition caught up with its commands; restore: the processor's own `restored membership state ... took=` (the gate rebuilt, from the snapshot or by the scan). "+
 		"Each scan run starts with no snapshot and writes one at its SIGTERM (snapshot write: the median); the snapshot runs load it. "+
-		"Peak RSS: the processor's VmHWM once ready, the largest of the runs. Lookups: gate.Map.Allows in one goroutine over random keys of which one in ten is a member, on the gate loaded from the snapshot. " +
-		"Stores: membership.Bulk, random user ids, one open leave and a processor-like note per member, page cache warm (written or read just before). " +
+		"Peak RSS: the processor's VmHWM once ready, the largest of the runs. Lookups: gate.Map.Allows in one goroutine over random keys of which one in ten is a member, on the gate loaded from the snapshot. "+
+		"Stores: membership.Bulk, random user ids, one open leave and a processor-like note per member, page cache warm (written or read just before). "+
 		"Gate only: no store was built for that size (too slow on this machine); the harness built the gate of the same members, saved it labelled with an empty store's checkpoints, and the processor loaded it on an empty store: the snapshot path, measured; the scan, extrapolated linearly from the largest size scanned.\n", runsOf(rs))
 	return b.String()
 }
