@@ -221,10 +221,11 @@ func plotScale(path string, rs []scaleResult) error {
 	}
 	blue, orange := color.RGBA{B: 200, G: 90, A: 255}, color.RGBA{R: 230, G: 120, A: 255}
 
-	ready := newPanel("Restart to ready", "seconds (process start → /readyz), log")
+	ready := newPanel("Restart to ready (process start → /readyz)", "seconds, log")
 	ready.Y.Scale = plot.LogScale{}
 	ready.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	ready.Y.Min, ready.Y.Max = 0.1, 3000
+	ready.Y.Min, ready.Y.Max = 0.02, 3000
+	ready.Legend.Top, ready.Legend.Left = false, false // bottom right, below the lines
 	readySnap, readyScan := spreads(func(r scaleResult) spread { return r.ReadySnap }), spreads(func(r scaleResult) spread { return r.ReadyScan })
 	if err := line(ready, "from the gate snapshot (median, min–max)", readySnap.XYs, blue, false); err != nil {
 		return err
