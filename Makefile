@@ -180,8 +180,9 @@ stop-cluster:
 # starts bin/processor on it (embedded broker) by the store scan and from
 # the gate snapshot, times lookups, and writes BENCHMARKS-scale.csv,
 # BENCHMARKS-scale.png and a section of BENCHMARKS.md. SIZES: members,
-# comma-separated.
+# comma-separated; RUNS: starts of each path per size (median, min, max).
 SIZES      ?= 1000000,10000000,30000000,100000000
+RUNS       ?= 3
 SCALE_WORK ?= bin/scale-work
 
 .PHONY: bench-scale
@@ -189,7 +190,7 @@ bench-scale:
 	@mkdir -p bin
 	$(GO) build -o bin/processor ./cmd/processor
 	$(GO) build -o bin/bench ./cmd/bench
-	./bin/bench scale --sizes $(SIZES) --work-dir $(SCALE_WORK) --invoked-as "make bench-scale SIZES=$(SIZES)"
+	./bin/bench scale --sizes $(SIZES) --runs $(RUNS) --work-dir $(SCALE_WORK) --invoked-as "make bench-scale SIZES=$(SIZES) RUNS=$(RUNS)"
 # The soak of issue 14 (cmd/chaos --scenarios soak; its package comment,
 # "Soak", states the rule): one processor binary for DURATION under a
 # steady load of leaves, rejoins and the hostile mix, at RATE signals/s,

@@ -33,18 +33,19 @@ import (
 //
 //  1. build (or reuse) a store of n members with buildStore: membership
 //     batches written straight to Pebble, not through Kafka;
-//  2. remove the gate snapshot, start bin/processor on the store (its
-//     embedded broker, empty topics) and time process start → /readyz
-//     200: the restart by the scan; SIGTERM, and the processor writes its
-//     gate snapshot as it stops;
-//  3. start it again: the restart from the snapshot; SIGTERM;
+//  2. --runs times: remove the gate snapshot, start bin/processor on the
+//     store (its embedded broker, empty topics) and time process start →
+//     /readyz 200: the restart by the scan; SIGTERM, and the processor
+//     writes its gate snapshot as it stops;
+//  3. --runs times: start it again, the restart from the snapshot; SIGTERM;
 //  4. load the snapshot into a gate in this process and time lookups at
 //     that size;
 //  5. the store's and the snapshot's size on disk.
 //
-// Peak RSS is the processor's VmHWM once ready. The results go to a CSV, a
-// PNG (ready time and RSS against members) and a section appended to
-// BENCHMARKS.md.
+// Each figure of the starts is the median over the runs with its min and
+// max; peak RSS is the processor's VmHWM once ready, the largest of the
+// runs. The results go to a CSV, a PNG (ready time and RSS against
+// members) and a section appended to BENCHMARKS.md.
 type scaleOptions struct {
 	sizes      []int
 	workDir    string
@@ -55,6 +56,7 @@ type scaleOptions struct {
 	phases     string // "all" or "build" (stores only)
 	invokedAs  string
 	lookups    int
+	runs       int // starts of each path (scan, snapshot) per size
 	timeout    time.Duration
 	gateOnly   map[int]bool
 	merge      bool
@@ -74,6 +76,7 @@ func parseScaleOptions(args []string, stderr io.Writer) (*scaleOptions, error) {
 	fs.StringVar(&o.phases, "phases", "all", "all; build: only build the stores; plot: only draw --png from --csv")
 	fs.StringVar(&o.invokedAs, "invoked-as", "", "the command line to report (make passes its own)")
 	fs.IntVar(&o.lookups, "lookups", 20_000_000, "gate lookups timed at each size")
+	fs.IntVar(&o.runs, "runs", 3, "starts by the scan and from the snapshot at each size (median, min and max are reported)")
 	fs.DurationVar(&o.timeout, "ready-timeout", 20*time.Minute, "how long a processor may take to be ready")
 	var gateOnly string
 	fs.BoolVar(&o.merge, "merge", false, "keep the rows of --csv for sizes this run does not measure (a run in parts)")
@@ -100,32 +103,56 @@ func parseScaleOptions(args []string, stderr io.Writer) (*scaleOptions, error) {
 	if len(o.sizes) == 0 {
 		return nil, errors.New("--sizes: no size")
 	}
+	if o.runs < 1 {
+		return nil, fmt.Errorf("--runs: %d is not a positive count", o.runs)
+	}
 	if o.phases != "all" && o.phases != "build" && o.phases != "plot" {
 		return nil, fmt.Errorf("--phases: %q is not all, build or plot", o.phases)
 	}
 	return o, nil
 }
 
-// scaleResult is one size's figures.
+// scaleResult is one size's figures. The spreads are over the runs, in
+// seconds (CPU: CPU seconds).
 type scaleResult struct {
 	Members     int
+	Runs        int           // starts of each path measured
 	BuildTook   time.Duration // 0: the store was cached
-	ReadyScan   time.Duration // process start → /readyz 200, no snapshot
-	RestoreScan time.Duration // the processor's own restore figure (log), scan
-	RSSScan     int64         // VmHWM once ready, scan
-	ReadySnap   time.Duration // process start → /readyz 200, from the snapshot
-	RestoreSnap time.Duration // the processor's own restore figure (log), snapshot
-	RSSSnap     int64         // VmHWM once ready, snapshot
-	CPUScan     float64       // the processor's CPU seconds from start to ready, scan
-	CPUSnap     float64       // the same, from the snapshot
+	ReadyScan   spread        // process start → /readyz 200, no snapshot
+	RestoreScan spread        // the processor's own restore figure (log), scan
+	RSSScan     int64         // VmHWM once ready, scan, the largest of the runs
+	ReadySnap   spread        // process start → /readyz 200, from the snapshot
+	RestoreSnap spread        // the processor's own restore figure (log), snapshot
+	RSSSnap     int64         // VmHWM once ready, snapshot, the largest of the runs
+	CPUScan     spread        // the processor's CPU seconds from start to ready, scan
+	CPUSnap     spread        // the same, from the snapshot
 	GateOnly    bool          // no store: a gate built by the harness, on an empty store
-	SnapSource  string        // what the second start restored from (its log line)
-	WriteSnap   time.Duration // the snapshot's write at stop (log)
+	WriteSnap   spread        // the snapshot's write at stop (log)
 	GateBytes   int64         // the gate's MemoryBytes after loading the snapshot
 	LookupNs    float64       // ns per lookup, serial, 10% members
 	StoreBytes  int64
 	SnapBytes   int64
 	Err         string
+}
+
+// starts are the runs of one path at one size.
+type starts []startRun
+
+// into sets the figures of the path: ready, restore and CPU spreads, the
+// largest peak RSS, and the snapshot writes at stop (those that wrote).
+func (ss starts) into(ready, restore, cpu *spread, rss *int64, wrote *spread) {
+	var rd, rs, cp, wr []float64
+	for _, s := range ss {
+		rd, rs, cp = append(rd, s.ready.Seconds()), append(rs, s.restore.Seconds()), append(cp, s.cpu)
+		*rss = max(*rss, s.rss)
+		if s.wrote > 0 {
+			wr = append(wr, s.wrote.Seconds())
+		}
+	}
+	*ready, *restore, *cpu = spreadOf(rd), spreadOf(rs), spreadOf(cp)
+	if wrote != nil {
+		*wrote = spreadOf(wr)
+	}
 }
 
 // BytesPerMember is the gate's size over its members.
@@ -233,37 +260,45 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 		return r
 	}
 	snap := filepath.Join(dir, snapshotFile)
-	if err := os.Remove(snap); err != nil && !errors.Is(err, os.ErrNotExist) {
-		r.Err = err.Error()
-		return r
+	r.Runs = o.runs
+	var scans, fromSnaps starts
+	for i := range o.runs {
+		if err := os.Remove(snap); err != nil && !errors.Is(err, os.ErrNotExist) {
+			r.Err = err.Error()
+			return r
+		}
+		scan, err := startToReady(ctx, o, ps, dir, fmt.Sprintf("scan-%d-%d", n, i+1), printf)
+		if err != nil {
+			r.Err = "scan: " + err.Error()
+			return r
+		}
+		if scan.source != "scan" {
+			r.Err = fmt.Sprintf("a start without the snapshot restored from %q, not the scan", scan.source)
+			return r
+		}
+		scans = append(scans, scan)
 	}
-
-	scan, err := startToReady(ctx, o, ps, dir, "scan-"+strconv.Itoa(n), printf)
-	if err != nil {
-		r.Err = "scan: " + err.Error()
-		return r
-	}
-	r.ReadyScan, r.RestoreScan, r.RSSScan, r.WriteSnap, r.CPUScan = scan.ready, scan.restore, scan.rss, scan.wrote, scan.cpu
-	if scan.source != "scan" {
-		r.Err = fmt.Sprintf("the first start restored from %q, not the scan", scan.source)
-		return r
-	}
+	scans.into(&r.ReadyScan, &r.RestoreScan, &r.CPUScan, &r.RSSScan, &r.WriteSnap)
 	if st, err := os.Stat(snap); err == nil {
 		r.SnapBytes = st.Size()
 	} else {
-		r.Err = "no snapshot after the first stop: " + err.Error()
+		r.Err = "no snapshot after the scan's stop: " + err.Error()
 		return r
 	}
 
-	fromSnap, err := startToReady(ctx, o, ps, dir, "snapshot-"+strconv.Itoa(n), printf)
-	if err != nil {
-		r.Err = "snapshot: " + err.Error()
-		return r
+	for i := range o.runs {
+		fromSnap, err := startToReady(ctx, o, ps, dir, fmt.Sprintf("snapshot-%d-%d", n, i+1), printf)
+		if err != nil {
+			r.Err = "snapshot: " + err.Error()
+			return r
+		}
+		if fromSnap.source != "snapshot" {
+			r.Err = fmt.Sprintf("a start with the snapshot restored from %q, not the snapshot", fromSnap.source)
+			return r
+		}
+		fromSnaps = append(fromSnaps, fromSnap)
 	}
-	r.ReadySnap, r.RestoreSnap, r.RSSSnap, r.SnapSource, r.CPUSnap = fromSnap.ready, fromSnap.restore, fromSnap.rss, fromSnap.source, fromSnap.cpu
-	if fromSnap.source != "snapshot" {
-		r.Err = fmt.Sprintf("the second start restored from %q, not the snapshot", fromSnap.source)
-	}
+	fromSnaps.into(&r.ReadySnap, &r.RestoreSnap, &r.CPUSnap, &r.RSSSnap, nil)
 
 	printf("%d members: timing %d lookups on the snapshot's gate", n, o.lookups)
 	r.GateBytes, r.LookupNs, err = timeLookups(snap, n, o.lookups)
@@ -273,8 +308,8 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 	if st, err := os.Stat(snap); err == nil {
 		r.SnapBytes = st.Size()
 	}
-	printf("%d members: ready %.2fs by the scan, %.2fs from the snapshot; RSS %s / %s; %.1f B/member; %s lookups/s; disk %s + %s",
-		n, r.ReadyScan.Seconds(), r.ReadySnap.Seconds(), mib(r.RSSScan), mib(r.RSSSnap), r.BytesPerMember(),
+	printf("%d members: ready %.2fs by the scan, %.2fs from the snapshot (medians of %d); RSS %s / %s; %.1f B/member; %s lookups/s; disk %s + %s",
+		n, r.ReadyScan.Median, r.ReadySnap.Median, r.Runs, mib(r.RSSScan), mib(r.RSSSnap), r.BytesPerMember(),
 		thousands(r.LookupsPerSecond()), mib(r.StoreBytes), mib(r.SnapBytes))
 	return r
 }
@@ -531,16 +566,21 @@ func gateOnlyOne(ctx context.Context, o *scaleOptions, ps *procs, n int, dir str
 	}
 	r.BuildTook = time.Since(start)
 	runtime.GC()
-	fromSnap, err := startToReady(ctx, o, ps, dir, "snapshot-"+strconv.Itoa(n), printf)
-	if err != nil {
-		r.Err = "snapshot: " + err.Error()
-		return r
+	r.Runs = o.runs
+	var fromSnaps starts
+	for i := range o.runs {
+		fromSnap, err := startToReady(ctx, o, ps, dir, fmt.Sprintf("snapshot-%d-%d", n, i+1), printf)
+		if err != nil {
+			r.Err = "snapshot: " + err.Error()
+			return r
+		}
+		if fromSnap.source != "snapshot" {
+			r.Err = fmt.Sprintf("restored from %q, not the snapshot", fromSnap.source)
+			return r
+		}
+		fromSnaps = append(fromSnaps, fromSnap)
 	}
-	r.ReadySnap, r.RestoreSnap, r.RSSSnap, r.SnapSource, r.CPUSnap = fromSnap.ready, fromSnap.restore, fromSnap.rss, fromSnap.source, fromSnap.cpu
-	r.WriteSnap = fromSnap.wrote
-	if fromSnap.source != "snapshot" {
-		r.Err = fmt.Sprintf("restored from %q, not the snapshot", fromSnap.source)
-	}
+	fromSnaps.into(&r.ReadySnap, &r.RestoreSnap, &r.CPUSnap, &r.RSSSnap, &r.WriteSnap)
 	printf("%d members: timing %d lookups on the snapshot's gate", n, o.lookups)
 	var lerr error
 	r.GateBytes, r.LookupNs, lerr = timeLookups(snap, n, o.lookups)
@@ -551,8 +591,8 @@ func gateOnlyOne(ctx context.Context, o *scaleOptions, ps *procs, n int, dir str
 		r.SnapBytes = st.Size()
 	}
 	r.StoreBytes = dirSize(filepath.Join(dir, "membership"))
-	printf("%d members (gate only): ready %.2fs from the snapshot; RSS %s; %.1f B/member; %s lookups/s; snapshot %s",
-		n, r.ReadySnap.Seconds(), mib(r.RSSSnap), r.BytesPerMember(), thousands(r.LookupsPerSecond()), mib(r.SnapBytes))
+	printf("%d members (gate only): ready %.2fs from the snapshot (median of %d); RSS %s; %.1f B/member; %s lookups/s; snapshot %s",
+		n, r.ReadySnap.Median, r.Runs, mib(r.RSSSnap), r.BytesPerMember(), thousands(r.LookupsPerSecond()), mib(r.SnapBytes))
 	return r
 }
 

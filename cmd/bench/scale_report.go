@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -24,9 +25,17 @@ const (
 	aimGateBytes = 40.0 // per member
 )
 
-var scaleCSVHeader = []string{"members", "gate_only", "ready_snapshot_s", "restore_snapshot_s", "cpu_snapshot_s", "rss_snapshot_bytes",
-	"ready_scan_s", "restore_scan_s", "cpu_scan_s", "rss_scan_bytes", "snapshot_write_s", "gate_bytes", "gate_bytes_per_member",
-	"lookups_per_s", "store_bytes", "snapshot_bytes", "build_s", "error"}
+// scaleCSVHeader: each figure of the starts as its median, min and max over
+// the runs.
+var scaleCSVHeader = []string{"members", "gate_only", "runs",
+	"ready_snapshot_s", "ready_snapshot_min_s", "ready_snapshot_max_s",
+	"restore_snapshot_s", "restore_snapshot_min_s", "restore_snapshot_max_s",
+	"cpu_snapshot_s", "cpu_snapshot_min_s", "cpu_snapshot_max_s", "rss_snapshot_bytes",
+	"ready_scan_s", "ready_scan_min_s", "ready_scan_max_s",
+	"restore_scan_s", "restore_scan_min_s", "restore_scan_max_s",
+	"cpu_scan_s", "cpu_scan_min_s", "cpu_scan_max_s", "rss_scan_bytes",
+	"snapshot_write_s", "snapshot_write_min_s", "snapshot_write_max_s",
+	"gate_bytes", "gate_bytes_per_member", "lookups_per_s", "store_bytes", "snapshot_bytes", "build_s", "error"}
 
 func writeScaleCSV(path string, rs []scaleResult) error {
 	f, err := os.Create(path)
@@ -35,14 +44,32 @@ func writeScaleCSV(path string, rs []scaleResult) error {
 	}
 	w := csv.NewWriter(f)
 	_ = w.Write(scaleCSVHeader)
-	sec := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) }
+	num := func(x float64, prec int) string {
+		if math.IsNaN(x) {
+			return ""
+		}
+		return strconv.FormatFloat(x, 'f', prec, 64)
+	}
+	three := func(s spread) []string {
+		if s.N == 0 {
+			return []string{"", "", ""} // not measured
+		}
+		return []string{num(s.Median, 3), num(s.Min, 3), num(s.Max, 3)}
+	}
 	for _, r := range rs {
-		_ = w.Write([]string{strconv.Itoa(r.Members), strconv.FormatBool(r.GateOnly), sec(r.ReadySnap), sec(r.RestoreSnap),
-			strconv.FormatFloat(r.CPUSnap, 'f', 2, 64), strconv.FormatInt(r.RSSSnap, 10),
-			sec(r.ReadyScan), sec(r.RestoreScan), strconv.FormatFloat(r.CPUScan, 'f', 2, 64), strconv.FormatInt(r.RSSScan, 10), sec(r.WriteSnap),
-			strconv.FormatInt(r.GateBytes, 10), strconv.FormatFloat(r.BytesPerMember(), 'f', 2, 64),
-			strconv.FormatFloat(r.LookupsPerSecond(), 'f', 0, 64), strconv.FormatInt(r.StoreBytes, 10),
-			strconv.FormatInt(r.SnapBytes, 10), sec(r.BuildTook), r.Err})
+		row := []string{strconv.Itoa(r.Members), strconv.FormatBool(r.GateOnly), strconv.Itoa(r.Runs)}
+		row = append(row, three(r.ReadySnap)...)
+		row = append(row, three(r.RestoreSnap)...)
+		row = append(row, three(r.CPUSnap)...)
+		row = append(row, strconv.FormatInt(r.RSSSnap, 10))
+		row = append(row, three(r.ReadyScan)...)
+		row = append(row, three(r.RestoreScan)...)
+		row = append(row, three(r.CPUScan)...)
+		row = append(row, strconv.FormatInt(r.RSSScan, 10))
+		row = append(row, three(r.WriteSnap)...)
+		row = append(row, strconv.FormatInt(r.GateBytes, 10), num(r.BytesPerMember(), 2), num(r.LookupsPerSecond(), 0),
+			strconv.FormatInt(r.StoreBytes, 10), strconv.FormatInt(r.SnapBytes, 10), num(r.BuildTook.Seconds(), 3), r.Err)
+		_ = w.Write(row)
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
@@ -72,15 +99,35 @@ func readScaleCSV(path string) ([]scaleResult, error) {
 	}
 	var out []scaleResult
 	for _, row := range rows[1:] {
-		num := func(i int) float64 { v, _ := strconv.ParseFloat(row[i], 64); return v }
-		d := func(i int) time.Duration { return time.Duration(num(i) * float64(time.Second)) }
-		r := scaleResult{Members: int(num(0)), GateOnly: row[1] == "true", ReadySnap: d(2), RestoreSnap: d(3),
-			CPUSnap: num(4), RSSSnap: int64(num(5)), ReadyScan: d(6), RestoreScan: d(7), CPUScan: num(8),
-			RSSScan: int64(num(9)), WriteSnap: d(10), GateBytes: int64(num(11)), StoreBytes: int64(num(14)),
-			SnapBytes: int64(num(15)), BuildTook: d(16), Err: row[17]}
-		if lps := num(13); lps > 0 {
+		col := 0
+		next := func() string { col++; return row[col-1] }
+		num := func() float64 {
+			v, err := strconv.ParseFloat(next(), 64)
+			if err != nil {
+				return math.NaN()
+			}
+			return v
+		}
+		r := scaleResult{}
+		r.Members, r.GateOnly, r.Runs = int(num()), next() == "true", int(num())
+		three := func() spread {
+			s := spread{N: r.Runs, Median: num(), Min: num(), Max: num()}
+			if math.IsNaN(s.Median) {
+				return spread{} // not measured
+			}
+			return s
+		}
+		r.ReadySnap, r.RestoreSnap, r.CPUSnap, r.RSSSnap = three(), three(), three(), int64(num())
+		r.ReadyScan, r.RestoreScan, r.CPUScan, r.RSSScan = three(), three(), three(), int64(num())
+		r.WriteSnap = three()
+		r.GateBytes = int64(num())
+		num() // bytes per member, computed
+		if lps := num(); lps > 0 {
 			r.LookupNs = 1e9 / lps
 		}
+		r.StoreBytes, r.SnapBytes = int64(num()), int64(num())
+		r.BuildTook = time.Duration(num() * float64(time.Second))
+		r.Err = next()
 		out = append(out, r)
 	}
 	return out, nil
@@ -92,7 +139,7 @@ func readScaleCSV(path string) ([]scaleResult, error) {
 func plotScale(path string, rs []scaleResult) error {
 	var ok []scaleResult
 	for _, r := range rs {
-		if r.Err == "" && r.ReadySnap > 0 {
+		if r.Err == "" && r.ReadySnap.N > 0 {
 			ok = append(ok, r)
 		}
 	}
@@ -108,6 +155,17 @@ func plotScale(path string, rs []scaleResult) error {
 		}
 		return xy
 	}
+	// spreads is a figure's median with its min and max, for error bars.
+	spreads := func(f func(scaleResult) spread) *minMaxXYs {
+		var m minMaxXYs
+		for _, r := range ok {
+			if s := f(r); s.N > 0 && s.Median > 0 {
+				m.XYs = append(m.XYs, plotter.XY{X: float64(r.Members), Y: s.Median})
+				m.lo, m.hi = append(m.lo, s.Median-s.Min), append(m.hi, s.Max-s.Median)
+			}
+		}
+		return &m
+	}
 	newPanel := func(title, ylabel string) *plot.Plot {
 		p := plot.New()
 		p.Title.Text = title
@@ -120,6 +178,18 @@ func plotScale(path string, rs []scaleResult) error {
 		p.Legend.Top, p.Legend.Left = true, true
 		p.Add(plotter.NewGrid())
 		return p
+	}
+	bars := func(p *plot.Plot, m *minMaxXYs, c color.Color) error {
+		if len(m.XYs) == 0 {
+			return nil
+		}
+		e, err := plotter.NewYErrorBars(m)
+		if err != nil {
+			return err
+		}
+		e.Color = c
+		p.Add(e)
+		return nil
 	}
 	line := func(p *plot.Plot, name string, xy plotter.XYs, c color.Color, dashed bool) error {
 		if len(xy) == 0 {
@@ -151,17 +221,25 @@ func plotScale(path string, rs []scaleResult) error {
 	}
 	blue, orange := color.RGBA{B: 200, G: 90, A: 255}, color.RGBA{R: 230, G: 120, A: 255}
 
-	ready := newPanel("Restart to ready", "seconds (process start → /readyz), log")
+	ready := newPanel("Restart to ready (process start → /readyz)", "seconds, log")
 	ready.Y.Scale = plot.LogScale{}
 	ready.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	ready.Y.Min, ready.Y.Max = 0.1, 3000
-	if err := line(ready, "from the gate snapshot", series(func(r scaleResult) float64 { return r.ReadySnap.Seconds() }), blue, false); err != nil {
+	ready.Y.Min, ready.Y.Max = 0.02, 3000
+	ready.Legend.Top, ready.Legend.Left = false, false // bottom right, below the lines
+	readySnap, readyScan := spreads(func(r scaleResult) spread { return r.ReadySnap }), spreads(func(r scaleResult) spread { return r.ReadyScan })
+	if err := line(ready, "from the gate snapshot (median, min–max)", readySnap.XYs, blue, false); err != nil {
 		return err
 	}
-	if err := line(ready, "by the Pebble scan", series(func(r scaleResult) float64 { return r.ReadyScan.Seconds() }), orange, true); err != nil {
+	if err := bars(ready, readySnap, blue); err != nil {
 		return err
 	}
-	if err := line(ready, "gate restore from the snapshot (log line)", series(func(r scaleResult) float64 { return r.RestoreSnap.Seconds() }), color.Gray{Y: 90}, true); err != nil {
+	if err := line(ready, "by the Pebble scan (median, min–max)", readyScan.XYs, orange, true); err != nil {
+		return err
+	}
+	if err := bars(ready, readyScan, orange); err != nil {
+		return err
+	}
+	if err := line(ready, "gate restore from the snapshot (log line)", series(func(r scaleResult) float64 { return r.RestoreSnap.Median }), color.Gray{Y: 90}, true); err != nil {
 		return err
 	}
 	if err := aims(ready, "aim", plotter.XYs{{X: 1e7, Y: aimReady10M.Seconds()}, {X: 1e8, Y: aimReady100M.Seconds()}}); err != nil {
@@ -198,6 +276,14 @@ func plotScale(path string, rs []scaleResult) error {
 	return f.Close()
 }
 
+// minMaxXYs are points with asymmetric error bars (plotter.YErrorer).
+type minMaxXYs struct {
+	plotter.XYs
+	lo, hi []float64
+}
+
+func (m *minMaxXYs) YError(i int) (float64, float64) { return m.lo[i], m.hi[i] }
+
 // scaleMarkdown is the section appended to BENCHMARKS.md: short, the
 // table, the aims, and how it was measured.
 func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took time.Duration, loadStart, loadEnd string) string {
@@ -212,39 +298,42 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 	w("- machine: %d cores, %s, %.0f GiB RAM, %s; %s at the start, %s at the end (shared: other sessions' builds and tests ran beside this one)\n",
 		m.Cores, m.CPU, m.MemGiB, m.Go, loadStart, loadEnd)
 	w("- command: `%s`; took %v; picture: [%s](%s), figures: [%s](%s)\n\n", invoked, took.Round(time.Second), o.png, o.png, o.csv, o.csv)
-	w("| members | ready, snapshot | ready, scan | gate restore snapshot / scan | CPU s to ready snapshot / scan | peak RSS snapshot / scan | gate B/member | lookups/s | store + snapshot on disk | snapshot write |\n")
-	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| members | ready, snapshot | ready, scan | gate restore, snapshot | gate restore, scan | CPU s to ready snapshot / scan | peak RSS snapshot / scan | gate B/member | lookups/s | store + snapshot on disk | snapshot write |\n")
+	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	secs := func(s spread) string {
+		return spreadText(s, func(x float64) string { return fmt.Sprintf("%.2f", x) }) + " s"
+	}
 	var scanned scaleResult // the largest size scanned, for the extrapolation
 	for _, r := range rs {
 		if r.Err != "" {
-			w("| %s | failed: %s | | | | | | | | |\n", thousands(float64(r.Members)), oneLine(r.Err))
+			w("| %s | failed: %s | | | | | | | | | |\n", thousands(float64(r.Members)), oneLine(r.Err))
 			continue
 		}
-		readyScan, restoreScan, cpuScan, rssScan := fmt.Sprintf("%.2f s", r.ReadyScan.Seconds()),
-			fmt.Sprintf("%.2f", r.RestoreScan.Seconds()), fmt.Sprintf("%.1f", r.CPUScan), mib(r.RSSScan)
+		readyScan, restoreScan, cpuScan, rssScan := secs(r.ReadyScan), secs(r.RestoreScan), fmt.Sprintf("%.1f", r.CPUScan.Median), mib(r.RSSScan)
 		if r.GateOnly {
 			readyScan, cpuScan, rssScan = "not run", "–", "–"
 			restoreScan = "–"
 			if scanned.Members > 0 {
-				restoreScan = fmt.Sprintf("≈%.0f (extrapolated)", scanned.RestoreScan.Seconds()*float64(r.Members)/float64(scanned.Members))
+				restoreScan = fmt.Sprintf("≈%.0f s (extrapolated)", scanned.RestoreScan.Median*float64(r.Members)/float64(scanned.Members))
 			}
 		} else {
 			scanned = r
 		}
-		w("| %s%s | %.2f s | %s | %.2f / %s s | %.1f / %s | %s / %s | %.1f | %s | %s + %s | %.2f s |\n",
-			thousands(float64(r.Members)), map[bool]string{true: " (gate only)"}[r.GateOnly], r.ReadySnap.Seconds(), readyScan,
-			r.RestoreSnap.Seconds(), restoreScan, r.CPUSnap, cpuScan, mib(r.RSSSnap), rssScan,
-			r.BytesPerMember(), thousands(r.LookupsPerSecond()), mib(r.StoreBytes), mib(r.SnapBytes), r.WriteSnap.Seconds())
+		w("| %s%s | %s | %s | %s | %s | %.1f / %s | %s / %s | %.1f | %s | %s + %s | %.2f s |\n",
+			thousands(float64(r.Members)), map[bool]string{true: " (gate only)"}[r.GateOnly], secs(r.ReadySnap), readyScan,
+			secs(r.RestoreSnap), restoreScan, r.CPUSnap.Median, cpuScan, mib(r.RSSSnap), rssScan,
+			r.BytesPerMember(), thousands(r.LookupsPerSecond()), mib(r.StoreBytes), mib(r.SnapBytes), r.WriteSnap.Median)
 	}
 	w("\n| aim | measured | met |\n|---|---:|---|\n")
 	for _, a := range scaleAims(rs) {
 		w("| %s | %s | %s |\n", a[0], a[1], a[2])
 	}
-	w("\nReady: process start of bin/processor (embedded broker, empty topics) to the first 200 of /readyz, polled every 10 ms; restore: the processor's own `restored membership state ... took=` (the gate rebuilt, from the snapshot or by the scan). " +
-		"The scan run starts with no snapshot and writes one at its SIGTERM (snapshot write); the snapshot run loads it. " +
-		"Peak RSS: the processor's VmHWM once ready. Lookups: gate.Map.Allows in one goroutine over random keys of which one in ten is a member, on the gate loaded from the snapshot. " +
-		"Stores: membership.Bulk, random user ids, one open leave and a processor-like note per member, page cache warm (written or read just before). " +
-		"Gate only: no store was built for that size (too slow on this machine); the harness built the gate of the same members, saved it labelled with an empty store's checkpoints, and the processor loaded it on an empty store: the snapshot path, measured; the scan, extrapolated linearly from the largest size scanned.\n")
+	w("\nEach start figure is the median [min – max] of %d starts of each path per size (CPU s: the median). "+
+		"Ready: process start of bin/processor (embedded broker, empty topics) to the first 200 of /readyz, polled every 10 ms: the gate restored, the topics checked, the group's assignment received and every partition caught up with its commands; restore: the processor's own `restored membership state ... took=` (the gate rebuilt, from the snapshot or by the scan). "+
+		"Each scan run starts with no snapshot and writes one at its SIGTERM (snapshot write: the median); the snapshot runs load it. "+
+		"Peak RSS: the processor's VmHWM once ready, the largest of the runs. Lookups: gate.Map.Allows in one goroutine over random keys of which one in ten is a member, on the gate loaded from the snapshot. "+
+		"Stores: membership.Bulk, random user ids, one open leave and a processor-like note per member, page cache warm (written or read just before). "+
+		"Gate only: no store was built for that size (too slow on this machine); the harness built the gate of the same members, saved it labelled with an empty store's checkpoints, and the processor loaded it on an empty store: the snapshot path, measured; the scan, extrapolated linearly from the largest size scanned.\n", runsOf(rs))
 	return b.String()
 }
 
@@ -261,16 +350,16 @@ func scaleAims(rs []scaleResult) [][3]string {
 	}
 	missing := func(aim string) { out = append(out, [3]string{aim, "not measured", "–"}) }
 	if r, ok := find(10_000_000); ok {
-		out = append(out, [3]string{"ready ≤ 2 s at 10M members", fmt.Sprintf("%.2f s", r.ReadySnap.Seconds()), yesNo(r.ReadySnap <= aimReady10M)})
+		out = append(out, [3]string{"ready ≤ 2 s at 10M members (worst run)", fmt.Sprintf("%.2f s", r.ReadySnap.Max), yesNo(r.ReadySnap.Max <= aimReady10M.Seconds())})
 	} else {
-		missing("ready ≤ 2 s at 10M members")
+		missing("ready ≤ 2 s at 10M members (worst run)")
 	}
 	if r, ok := find(100_000_000); ok {
 		out = append(out,
-			[3]string{"ready ≤ 20 s at 100M members", fmt.Sprintf("%.2f s", r.ReadySnap.Seconds()), yesNo(r.ReadySnap <= aimReady100M)},
+			[3]string{"ready ≤ 20 s at 100M members (worst run)", fmt.Sprintf("%.2f s", r.ReadySnap.Max), yesNo(r.ReadySnap.Max <= aimReady100M.Seconds())},
 			[3]string{"peak RSS ≤ 6 GiB at 100M members", mib(r.RSSSnap), yesNo(r.RSSSnap <= aimRSS100M)})
 	} else {
-		missing("ready ≤ 20 s at 100M members")
+		missing("ready ≤ 20 s at 100M members (worst run)")
 		missing("peak RSS ≤ 6 GiB at 100M members")
 	}
 	worst := 0.0
@@ -283,6 +372,15 @@ func scaleAims(rs []scaleResult) [][3]string {
 		out = append(out, [3]string{"gate ≤ 40 B/member (worst of the sizes)", fmt.Sprintf("%.1f", worst), yesNo(worst <= aimGateBytes)})
 	}
 	return out
+}
+
+// runsOf is the most runs of any size measured.
+func runsOf(rs []scaleResult) int {
+	n := 0
+	for _, r := range rs {
+		n = max(n, r.Runs)
+	}
+	return n
 }
 
 func intStrings(ns []int) []string {

@@ -25,7 +25,7 @@ type view interface {
 //
 //	GET /metrics                 Prometheus text format
 //	GET /healthz                 200 while the process serves
-//	GET /readyz                  200 once state is restored and every owned partition caught up, else 503 and why
+//	GET /readyz                  200 once state is restored, the group has assigned this instance its partitions and each caught up, else 503 and why
 //	GET /v1/members/{user_id}    the user's record, as the changelog carries it
 //	GET /v1/partitions           owned partitions: restoring or forwarding, how long an open transaction holds its commands, and each input's next offset
 //	/debug/pprof/...             Go's profiler, only when withPprof is set

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -24,6 +25,11 @@ type ownership struct {
 	adm    groupAdmin
 	ev     EventListener
 	halt   func(error)
+	// assignedOnce is set once the group has answered the current
+	// session with an assignment (perhaps empty) and its partitions are
+	// claimed: before it, the instance owns nothing only because it has
+	// not joined yet, and is not ready.
+	assignedOnce *atomic.Bool
 }
 
 // groupAdmin is what ownership asks of the cluster (a *kadm.Client).
@@ -42,6 +48,9 @@ type groupAdmin interface {
 // after this moment.
 func (o *ownership) assigned(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
 	start := o.claim(ctx, o.partitions(m))
+	if ctx.Err() == nil {
+		o.assignedOnce.Store(true) // franz-go calls assigned after every join, even with nothing new
+	}
 	if len(start) == 0 {
 		return
 	}

@@ -32,6 +32,7 @@ type Processor struct {
 
 	restored  atomic.Bool
 	started   atomic.Bool // topics checked, clients running
+	joined    atomic.Bool // the group assigned the current session its partitions (ownership.assignedOnce)
 	held      atomic.Int64
 	heldBytes atomic.Int64
 }
@@ -87,14 +88,18 @@ func New(cfg Config, store Store) (*Processor, error) {
 }
 
 // Ready reports whether the processor forwards: the gate is restored, the
-// topics are checked, and every owned partition has caught up with its
-// commands. When not ready, why says what it waits for.
+// topics are checked, the consumer group has assigned this instance its
+// partitions (perhaps none, when the group has more instances than
+// partitions), and every owned partition has caught up with its commands.
+// When not ready, why says what it waits for.
 func (p *Processor) Ready() (ok bool, why string) {
 	switch {
 	case !p.restored.Load():
 		return false, "restoring membership state from the local store"
 	case !p.started.Load():
 		return false, "connecting to Kafka and checking topics"
+	case !p.joined.Load():
+		return false, "joining the consumer group"
 	}
 	if n := p.restoring(); n > 0 {
 		return false, fmt.Sprintf("%d partition(s) catching up with their commands", n)
@@ -174,27 +179,65 @@ func (p *Processor) Member(userID uint64) (topics.MemberRecord, error) {
 // done or a fatal error occurs, which it returns. On cancellation it
 // finishes and commits in-flight work, leaves the group and returns nil.
 //
-// Run owns three goroutines and returns only after all have exited: the
-// signals loop (Run's own), the commands side and the aligner.
+// The gate is restored while Run connects to Kafka and joins the group,
+// which takes what the broker takes (its group.initial.rebalance.delay.ms,
+// 3s by default, before the first member of a group is answered): the
+// commands side and the aligner start only once the gate is restored.
+// Nothing else changes the gate or the store, and only the aligner marks a
+// partition caught up, so no signal is decided before the gate is whole.
+//
+// Run owns four goroutines and returns only after all have exited: the
+// restore, the signals loop (Run's own), the commands side and the
+// aligner.
 func (p *Processor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	halt := func(err error) { cancel(err) }
 	snap := gateSnapshot{path: p.cfg.GateSnapshot, topic: string(p.cfg.Topics.Commands)}
-	info, err := restoreGate(ctx, p.store, p.gate, snap)
-	if err != nil {
+	restored := make(chan struct{}) // closed when the restore ends, p.restored set if it succeeded
+	go func() {
+		defer close(restored)
+		info, err := restoreGate(ctx, p.store, p.gate, snap)
+		if err != nil {
+			halt(err) // Run returns it, unless it was cancelled before
+			return
+		}
+		p.ev.Restored(info)
+		p.restored.Store(true)
+	}()
+	// afterRestore runs fn once the gate is restored, and not at all if
+	// the restore failed or ctx ends first.
+	afterRestore := func(fn func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			select {
+			case <-restored:
+			case <-ctx.Done():
+				return nil
+			}
+			if !p.restored.Load() {
+				return nil
+			}
+			return fn(ctx)
+		}
+	}
+	// fail stops the restore and returns the first failure: the restore's
+	// when it failed first.
+	fail := func(err error) error {
+		halt(err)
+		<-restored
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
 		return err
 	}
-	p.ev.Restored(info)
-	p.restored.Store(true)
 	k, err := connect(ctx, &p.cfg, &p.lim)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	defer k.close()
 	n, err := p.outbox.load()
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if n > 0 {
 		p.cfg.Logger.Info("records from before the last stop will be produced again", "outbox", n)
@@ -228,7 +271,7 @@ func (p *Processor) Run(ctx context.Context) error {
 				kp: newKeyPartition(), log: p.cfg.Logger}}}
 	run("commands", func(ctx context.Context) error {
 		defer close(applierDone)
-		return ap.run(ctx)
+		return afterRestore(ap.run)(ctx)
 	})
 	commands := string(p.cfg.Topics.Commands)
 	al := &aligner{interval: p.cfg.AlignInterval, now: p.cfg.Now, topic: commands, lso: p.cfg.UnsafeObserveLSO,
@@ -249,18 +292,21 @@ func (p *Processor) Run(ctx context.Context) error {
 			return nil
 		},
 		ev: p.ev}
-	run("alignment", al.run)
+	run("alignment", afterRestore(al.run))
 	p.started.Store(true)
-	own := &ownership{cfg: &p.cfg, store: p.store, claims: &p.claims, cmds: k.cmds, adm: k.adm, ev: p.ev, halt: halt}
+	own := &ownership{cfg: &p.cfg, store: p.store, claims: &p.claims, cmds: k.cmds, adm: k.adm, ev: p.ev, halt: halt,
+		assignedOnce: &p.joined}
 	err = p.signals(ctx, k, own, applierDone, halt)
 	halt(err)
 	wg.Wait()
+	<-restored
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}
 	// Every goroutine has exited: nothing changes the store or the gate
-	// any more, and unless a batch was cut short they are equal.
-	if snap.path != "" && !ap.gateAhead {
+	// any more, and unless a batch was cut short they are equal; a gate
+	// whose restore did not finish is not saved.
+	if snap.path != "" && p.restored.Load() && !ap.gateAhead {
 		info, err := snap.save(p.store, p.gate)
 		info.Err = err
 		p.ev.SnapshotSaved(info)
@@ -276,6 +322,7 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 		rules.outs = append(rules.outs, routeOut{topic: string(r.Out), limit: k.lim.of(string(r.Out))})
 	}
 	for ctx.Err() == nil {
+		p.joined.Store(false) // a new session joins anew
 		s, err := p.newSession(own)
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortgate/cohortgate/topics"
 )
@@ -84,7 +85,7 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 		return nil, fmt.Errorf("unable to create admin client: %w", err)
 	}
 	k := &kafka{admCl: admCl, adm: kadm.NewClient(admCl)}
-	details, err := ensureTopics(ctx, k.adm, *cfg, cfg.Logger)
+	details, err := ensureTopics(ctx, k.admCl, *cfg, cfg.Logger)
 	if err != nil {
 		k.adm.Close()
 		return nil, err
@@ -182,7 +183,7 @@ func readLimits(ctx context.Context, adm *kadm.Client, set topics.Set) (limits, 
 
 // ensureTopics creates the missing topics when allowed and checks that the
 // input topics are co-partitioned. It returns every topic's details.
-func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, log interface {
+func ensureTopics(ctx context.Context, cl *kgo.Client, cfg Config, log interface {
 	Info(string, ...any)
 }) (kadm.TopicDetails, error) {
 	specs := cfg.Topics.Specs()
@@ -190,7 +191,7 @@ func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, log interfa
 	for i, s := range specs {
 		names[i] = string(s.Topic)
 	}
-	details, err := listTopics(ctx, adm, names)
+	details, err := listTopics(ctx, cl, names)
 	if err != nil {
 		return nil, err
 	}
@@ -208,10 +209,10 @@ func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, log interfa
 			}
 			return nil, &MissingTopicsError{Topics: ms}
 		}
-		if err := createTopics(ctx, adm, cfg, details, missing, log); err != nil {
+		if err := createTopics(ctx, kadm.NewClient(cl), cfg, details, missing, log); err != nil {
 			return nil, err
 		}
-		if details, err = waitTopics(ctx, adm, names); err != nil {
+		if details, err = waitTopics(ctx, cl, names); err != nil {
 			return nil, err
 		}
 	}
@@ -231,18 +232,41 @@ func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, log interfa
 // listTopics returns the existing topics among names; a name that does not
 // exist is absent from the result. Authorization and transport failures
 // are errors.
-func listTopics(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
-	td, err := adm.ListTopics(ctx, names...)
+//
+// It asks the broker every time. kadm's ListTopics answers from the
+// client's metadata cache, which keeps what it saw, absences included, for
+// kgo.MetadataMinAge (5s by default): after creating the topics, the
+// start waited that long to see them (issue 16: 5 of the 7s to ready at
+// 10M members, on every start on a new cluster).
+func listTopics(ctx context.Context, cl *kgo.Client, names []string) (kadm.TopicDetails, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, name := range names {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl) // the client hands metadata requests to the broker, uncached
 	if err != nil {
 		return nil, fmt.Errorf("unable to list topics: %w", err)
 	}
 	out := make(kadm.TopicDetails)
-	for name, d := range td {
+	for _, t := range resp.Topics {
+		if t.Topic == nil {
+			continue
+		}
+		name := *t.Topic
+		err := kerr.ErrorForCode(t.ErrorCode)
 		switch {
-		case errors.Is(d.Err, kerr.UnknownTopicOrPartition):
-		case d.Err != nil:
-			return nil, fmt.Errorf("unable to describe topic %s: %w", name, d.Err)
-		case len(d.Partitions) > 0:
+		case errors.Is(err, kerr.UnknownTopicOrPartition):
+		case err != nil:
+			return nil, fmt.Errorf("unable to describe topic %s: %w", name, err)
+		case len(t.Partitions) > 0:
+			d := kadm.TopicDetail{Topic: name, ID: t.TopicID, IsInternal: t.IsInternal, Partitions: make(kadm.PartitionDetails, len(t.Partitions))}
+			for _, p := range t.Partitions {
+				d.Partitions[p.Partition] = kadm.PartitionDetail{Topic: name, Partition: p.Partition, Leader: p.Leader,
+					LeaderEpoch: p.LeaderEpoch, Replicas: p.Replicas, ISR: p.ISR, OfflineReplicas: p.OfflineReplicas,
+					Err: kerr.ErrorForCode(p.ErrorCode)}
+			}
 			out[name] = d
 		}
 	}
@@ -289,11 +313,11 @@ func createTopics(ctx context.Context, adm *kadm.Client, cfg Config, existing ka
 
 // waitTopics waits, bounded, until every name is visible with partitions:
 // creation is acknowledged before metadata propagates.
-func waitTopics(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
+func waitTopics(ctx context.Context, cl *kgo.Client, names []string) (kadm.TopicDetails, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		details, err := listTopics(ctx, adm, names)
+		details, err := listTopics(ctx, cl, names)
 		if err == nil && len(details) == len(names) {
 			return details, nil
 		}

@@ -1,9 +1,14 @@
 package fanout
 
 import (
+	"context"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // TestProducerDurability: every client the processor makes waits for all
@@ -34,3 +39,40 @@ func TestProducerDurability(t *testing.T) {
 		})
 	}
 }
+
+// TestEnsureTopicsSeesWhatItCreated: a start on a cluster without the
+// topics creates them and goes on as soon as the broker shows them. It
+// used to wait for them through kadm's ListTopics, which answers from the
+// client's metadata cache, and the cache still held the absence seen
+// before the creation, for kgo.MetadataMinAge: 5s of every such start
+// (issue 16). Here the cache keeps entries for an hour, so a wait that
+// reads it never ends, and the context's deadline fails the test.
+func TestEnsureTopicsSeesWhatItCreated(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.MetadataMinAge(time.Hour), kgo.MetadataMaxAge(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cfg := Config{CreateTopics: true, Partitions: 3, ReplicationFactor: 1, Topics: topics.Defaults()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	details, err := ensureTopics(ctx, cl, cfg, discard{})
+	if err != nil {
+		t.Fatalf("ensureTopics: %v", err)
+	}
+	for _, s := range cfg.Topics.Specs() {
+		if n := len(details[string(s.Topic)].Partitions); n != 3 {
+			t.Errorf("%s: %d partitions; want 3", s.Topic, n)
+		}
+	}
+}
+
+// discard is a logger that drops everything.
+type discard struct{}
+
+func (discard) Info(string, ...any) {}

@@ -1,0 +1,259 @@
+package fanout
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// TestReadyWaitsForTheGroup: a started processor is not ready until the
+// consumer group has assigned it its partitions and they have caught up.
+// Before, it owned nothing while its join was pending, so it had nothing
+// to catch up with and /readyz said ready: a rolling restart would take
+// down the next instance before this one forwarded anything, and a start's
+// time to ready left out the join (the broker's
+// group.initial.rebalance.delay.ms, 3s by default, is spent there). The
+// broker here holds the processor's JoinGroup until the test lets it go.
+func TestReadyWaitsForTheGroup(t *testing.T) {
+	const parts = 2
+	set := topics.Defaults()
+	var names []string
+	for _, s := range set.Specs() {
+		names = append(names, string(s.Topic))
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, names...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	joining, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		once.Do(func() {
+			close(joining)
+			c.SleepControl(func() { <-release })
+		})
+		return nil, nil, false // the broker answers as usual
+	})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	defer letGo() // before c.Close, which would wait on the sleeping control
+
+	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	p, err := New(Config{
+		Brokers: c.ListenAddrs(), Topics: set, CreateTopics: true, Partitions: parts,
+		ExactlyOnce: true, TransactionalID: "ready-test",
+		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		letGo()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of its cancellation")
+		}
+	}()
+
+	select {
+	case <-joining:
+	case err := <-done:
+		t.Fatalf("Run returned before joining the group: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no JoinGroup within 30s")
+	}
+	if ok, why := p.Ready(); ok {
+		t.Fatalf("ready while its JoinGroup is pending (owns %d partitions)", len(p.Partitions()))
+	} else if why != "joining the consumer group" {
+		t.Errorf("not ready because %q; want %q", why, "joining the consumer group")
+	}
+
+	letGo()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, why := p.Ready()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready 30s after the join was let through: %s", why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := len(p.Partitions()); n != parts {
+		t.Errorf("ready owning %d partitions; want %d", n, parts)
+	}
+}
+
+// blockedRestore is a Store whose Restore (the scan of the gate's restore)
+// waits until release is closed; restoring is closed when it is called.
+type blockedRestore struct {
+	Store
+	restoring, release chan struct{}
+}
+
+func (b *blockedRestore) Restore(ctx context.Context, fn func(membership.Member) error) (membership.RestoreStats, error) {
+	close(b.restoring)
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return membership.RestoreStats{}, ctx.Err()
+	}
+	return b.Store.Restore(ctx, fn)
+}
+
+// TestJoinWhileRestoring: a start joins the consumer group while the gate
+// is being restored, so that what the broker makes a join wait (3s by
+// default for a group's first member) and the restore overlap instead of
+// adding up; and no signal is decided before the restore ends. Here the
+// store's scan waits until the broker has seen the processor's JoinGroup
+// (a start that restores first never sends it: the test fails at its
+// deadline) and the signals loop holds the two signals queued before the
+// start, undecided (an aligner started before the gate is whole marks the
+// partition caught up at once, and they are decided then: the test fails
+// at its deadline). Then the signal of a user who left before it must be
+// dropped, and the other user's forwarded.
+func TestJoinWhileRestoring(t *testing.T) {
+	set := topics.Defaults()
+	var names []string
+	for _, s := range set.Specs() {
+		names = append(names, string(s.Topic))
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, names...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	joining := make(chan struct{})
+	var once sync.Once
+	c.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		once.Do(func() { close(joining) })
+		return nil, nil, false // the broker answers as usual
+	})
+	ms, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	const left, stays = 7, 8
+	now := time.Now()
+	if _, err := ms.Leave(left, uint64(now.Add(-time.Hour).UnixNano())); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(string(set.Signals)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, user := range []uint64{left, stays} { // in this order, in the one partition
+		r := &kgo.Record{Key: []byte(strconv.FormatUint(user, 10)), Value: []byte("clicked"), Timestamp: now}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	store := &blockedRestore{Store: ms, restoring: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(store.release) }) }
+	p, err := New(Config{
+		Brokers: c.ListenAddrs(), Topics: set, CreateTopics: true, Partitions: 1,
+		ExactlyOnce: true, TransactionalID: "restore-test", Grace: 10 * time.Millisecond,
+		// An aligner started too early then marks the partition caught
+		// up before the signals are fetched.
+		AlignInterval: time.Millisecond,
+		Logger:        slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	defer func() {
+		letGo()
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of its cancellation")
+		}
+	}()
+
+	for _, step := range []struct {
+		what string
+		ch   chan struct{}
+	}{{"the restore's scan", store.restoring}, {"a JoinGroup while the scan waits", joining}} {
+		select {
+		case <-step.ch:
+		case err := <-done:
+			t.Fatalf("Run returned before %s: %v", step.what, err)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: not within 20s", step.what)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); p.held.Load() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the signals loop holds %d of the 2 signals while the gate is restoring: decided before it was whole", p.held.Load())
+		}
+	}
+	if ok, why := p.Ready(); ok || why != "restoring membership state from the local store" {
+		t.Fatalf("Ready() = %v, %q while restoring", ok, why)
+	}
+
+	letGo()
+	out, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(string(set.Cohort)),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	for {
+		fs := out.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("user %d's signal not forwarded: %v", stays, ctx.Err())
+		}
+		var forwarded bool
+		fs.EachRecord(func(r *kgo.Record) {
+			switch string(r.Key) {
+			case strconv.Itoa(left):
+				t.Errorf("user %d's signal forwarded though they left before it", left)
+			case strconv.Itoa(stays):
+				forwarded = true
+			}
+		})
+		if forwarded {
+			return
+		}
+	}
+}
