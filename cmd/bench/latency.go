@@ -38,7 +38,10 @@ type latencyResult struct {
 	Rate       float64 // signals/s written while the leaves went out
 	Grace      time.Duration
 	CPU        float64 // the processor's cores while the leaves went out
-	Command    string
+	// Steps is where the time went, from the processor's own histograms
+	// over the leaves' span (stepSeries); nil if they could not be read.
+	Steps   []stepFigures
+	Command string
 	Err        string
 }
 
@@ -112,11 +115,18 @@ func (h *harness) latency(ctx context.Context, r *latencyResult) error {
 		return err
 	}
 
+	before, herr := scrapeHistograms(ctx, "http://"+addr)
 	acks, sent, rate, cpu, err := h.produceLeaves(ctx, set, proc, gen)
 	if err != nil {
 		return err
 	}
 	r.Sent, r.Rate, r.CPU = len(acks), rate, cpu
+	after, err := scrapeHistograms(ctx, "http://"+addr)
+	if err = errors.Join(herr, err); err != nil {
+		h.printf("latency: the processor's step histograms not read: %v", err)
+	} else {
+		r.Steps = stepsBetween(before, after)
+	}
 	gen.stop(10 * time.Second)
 
 	h.printf("latency: %d leaves acknowledged; reading their receipts from %s", len(acks), set.Changelog)

@@ -494,6 +494,17 @@ func (r *results) latencySection(w writef) {
 	w("| send | %d of %d | %s | %s | %s | %s | %s | | |\n", l.Found, l.Sent,
 		ms(l.FromSend.P50), ms(l.FromSend.P99), ms(l.FromSend.P999), ms(l.FromSend.Max), ms(l.FromSend.Min))
 	w("\nTo `receipt.applied_at_ns` of the leave's changelog record (the processor's clock when the leave was in force in its gate), matched by request_id, from the return of the leave's ProduceSync (acknowledged by Kafka; %d of the leaves were applied before the producer saw its acknowledgement: negative values), or from just before it was produced (its at_ns). One leave in flight at a time, distinct users, while the load generator wrote signals at half the exactly-once rate. Processor: exactly once, `--grace %v`: `%s`.\n", l.Negative, l.Grace, l.Command)
+	if len(l.Steps) > 0 {
+		w("\nWhere the time goes, from the processor's own histograms over the leaves' span (every commands batch then held leaves only): the fetch delay per command, then each step of a batch; a leave is in force once `gate` ends. Quantiles are interpolated within buckets a factor √2 wide.\n\n")
+		w("| step | observed | mean | p50 | p99 |\n|---|---:|---:|---:|---:|\n")
+		for _, s := range l.Steps {
+			name := "fetch delay (record timestamp to poll)"
+			if _, step, ok := strings.Cut(s.Name, "{"); ok {
+				name = "batch: " + strings.TrimSuffix(step, "}")
+			}
+			w("| %s | %s | %s | %s | %s |\n", name, thousands(s.Count), msf(s.Mean), msf(s.P50), msf(s.P99))
+		}
+	}
 }
 
 func (r *results) gateSection(w writef) {
@@ -596,6 +607,14 @@ func (r *results) trendRow(o *runOptions) string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// msf formats seconds as milliseconds; NaN as a dash.
+func msf(s float64) string {
+	if math.IsNaN(s) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f ms", s*1e3)
+}
 
 // trimFloat formats f with 4 significant digits, and from 10,000 up as a
 // whole number with separators.

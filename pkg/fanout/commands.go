@@ -54,6 +54,8 @@ type applier struct {
 	// committed (updateGate runs before the commit): a gate snapshot taken
 	// then would not equal the store. Owned by the applier's goroutine.
 	gateAhead bool
+	// steps times each batch's steps; its zero value times nothing.
+	steps stepTimer
 }
 
 // CommandsGapError halts the processor: commands of a partition cannot be
@@ -98,14 +100,18 @@ type appliedCmd struct {
 
 func (a *applier) run(ctx context.Context) error {
 	for {
+		a.steps.start()
 		fetches := a.cl.PollFetches(ctx)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			return nil
 		}
+		a.steps.lap(stepWait)
 		if err := a.fetchErrors(fetches); err != nil {
 			return err
 		}
-		if err := a.applyFetched(ctx, fetchedPartitions(fetches)); err != nil {
+		fetched := fetchedPartitions(fetches)
+		a.steps.fetched(fetched)
+		if err := a.applyFetched(ctx, fetched); err != nil {
 			return err
 		}
 	}
@@ -139,6 +145,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 			}
 		}
 	}
+	a.steps.lap(stepRecover)
 	b := a.store.NewBatch()
 	defer b.Close()
 	var (
@@ -191,10 +198,12 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 	if len(advanced) == 0 {
 		return nil
 	}
+	a.steps.lap(stepApply)
 	a.gateAhead = true
 	if err := a.updateGate(cmds); err != nil {
 		return err
 	}
+	a.steps.lap(stepGate)
 	changelog, err := a.settle(ctx, b, cmds)
 	if err != nil {
 		return err
@@ -203,9 +212,11 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 	if err := storeOutbox(b, items); err != nil {
 		return err
 	}
+	a.steps.lap(stepSettle)
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("unable to commit commands batch: %w", err)
 	}
+	a.steps.lap(stepCommit)
 	a.gateAhead = false
 	// The records first, then the offsets: the signals loop reads a
 	// claim's applied offset before it takes the outbox, and commits that
@@ -226,6 +237,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 		}
 		a.ev.CommandApplied(CommandInfo{Op: ac.cmd.Op, Result: result})
 	}
+	a.steps.lap(stepPublish)
 	return nil
 }
 
