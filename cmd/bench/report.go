@@ -495,7 +495,7 @@ func (r *results) latencySection(w writef) {
 		ms(l.FromSend.P50), ms(l.FromSend.P99), ms(l.FromSend.P999), ms(l.FromSend.Max), ms(l.FromSend.Min))
 	w("\nTo `receipt.applied_at_ns` of the leave's changelog record (the processor's clock when the leave was in force in its gate), matched by request_id, from the return of the leave's ProduceSync (acknowledged by Kafka; %d of the leaves were applied before the producer saw its acknowledgement: negative values), or from just before it was produced (its at_ns). One leave in flight at a time, distinct users, while the load generator wrote signals at half the exactly-once rate. Processor: exactly once, `--grace %v`: `%s`.\n", l.Negative, l.Grace, l.Command)
 	if len(l.Steps) > 0 {
-		w("\nWhere the time goes, from the processor's own histograms over the leaves' span (every commands batch then held leaves only): the fetch delay per command, then each step of a batch; a leave is in force once `gate` ends. Quantiles are interpolated within buckets a factor √2 wide.\n\n")
+		w("\nWhere the time goes, from the processor's own histograms over the leaves' span (every commands batch then held leaves only): the fetch delay per command, then each step of a batch; a leave is in force once `gate` ends; `sync` (the write-ahead log's, after which the batch's records are queued and its offsets release held signals) runs beside the next batch. Quantiles are interpolated within buckets a factor √2 wide.\n\n")
 		w("| step | observed | mean | p50 | p99 |\n|---|---:|---:|---:|---:|\n")
 		for _, s := range l.Steps {
 			name := "fetch delay (record timestamp to poll)"

@@ -71,7 +71,7 @@ func (h histogram) quantile(q float64) float64 {
 // commands' fetch delay, then each step of a commands batch.
 func stepSeries() []string {
 	out := []string{fanout.MetricFetchDelay}
-	for _, s := range []string{"wait", "recover", "apply", "gate", "settle", "commit", "publish"} {
+	for _, s := range []string{"wait", "recover", "apply", "gate", "settle", "commit", "sync"} {
 		out = append(out, fanout.MetricBatchStep+"{"+s+"}")
 	}
 	return out

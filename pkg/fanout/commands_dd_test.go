@@ -77,7 +77,12 @@ func (f fakeWindows) windows(context.Context, int32) (map[uint64][]membership.La
 }
 
 func newCommandsState(t *testing.T, args map[string]string) *commandsState {
-	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	return newCommandsStateOn(t, args, &membership.Options{FS: vfs.NewMem(), NoSync: true})
+}
+
+// newCommandsStateOn is newCommandsState with a store opened with opts.
+func newCommandsStateOn(t *testing.T, args map[string]string, opts *membership.Options) *commandsState {
+	store, err := membership.Open("db", opts)
 	if err != nil {
 		t.Fatal(err)
 	}

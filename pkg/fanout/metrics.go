@@ -156,7 +156,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Name: MetricConsumerLag, Help: "Records between an input's high watermark and the last fetched offset, per route (its input topic) and owned partition.",
 		}, []string{"route", "partition"}),
 		batchSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: MetricBatchStep, Help: "Time each step of a commands batch took: wait (for a fetch), recover (late-leave windows of new claims), apply (to the store batch), gate (the gate closed or opened), settle (receipts and changelog records), commit (the store's synced write), publish (records queued, offsets advanced). A leave is in force once gate ends.",
+			Name: MetricBatchStep, Help: "Time each step of a commands batch took: wait (for a fetch), recover (late-leave windows of new claims), apply (to the store batch), gate (the gate closed or opened), settle (receipts and changelog records), commit (the store's write, visible), then, off the applier's path, sync (the write-ahead log's sync, after which the batch's records are queued and its offsets release held signals). A leave is in force once gate ends.",
 			Buckets: stepBuckets,
 		}, []string{"step"}),
 		fetchDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -209,12 +209,12 @@ const (
 	stepGate
 	stepSettle
 	stepCommit
-	stepPublish
+	stepSync
 	numSteps
 )
 
 // stepNames are the step label values, by batchStep.
-var stepNames = [numSteps]string{"wait", "recover", "apply", "gate", "settle", "commit", "publish"}
+var stepNames = [numSteps]string{"wait", "recover", "apply", "gate", "settle", "commit", "sync"}
 
 // stepTimer times the steps of the commands batches: lap observes the time
 // since the previous lap (or start) as step s. The zero stepTimer times
@@ -247,6 +247,14 @@ func (t *stepTimer) lap(s batchStep) {
 	now := time.Now()
 	t.steps[s].Observe(now.Sub(t.last).Seconds())
 	t.last = now
+}
+
+// observe observes d as step s: for the steps another goroutine times
+// (the sync, which the syncer waits for while the applier goes on).
+func (t *stepTimer) observe(s batchStep, d time.Duration) {
+	if t.delay != nil {
+		t.steps[s].Observe(d.Seconds())
+	}
 }
 
 // fetched observes, for every record of a poll, the time from its

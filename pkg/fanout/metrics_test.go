@@ -49,7 +49,7 @@ func TestStepTimer(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]uint64{"wait": 1, "recover": 0, "apply": 2, "gate": 0, "settle": 0, "commit": 0, "publish": 0}
+	want := map[string]uint64{"wait": 1, "recover": 0, "apply": 2, "gate": 0, "settle": 0, "commit": 0, "sync": 0}
 	for step, n := range want {
 		if counts[step] != n {
 			t.Errorf("step %s observed %d times, want %d (all: %v)", step, counts[step], n, counts)
