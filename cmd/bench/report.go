@@ -279,8 +279,10 @@ func (r *results) agreementSection(w writef) {
 func (r *results) otherPhasesSection(w writef) {
 	var lines []string
 	if l := r.Latency; l != nil && l.Found > 0 {
-		lines = append(lines, fmt.Sprintf("- leave → gate closed, from acknowledgement (%d leaves at %s signals/s): p50 %s, p99 %s, max %s (aim of issue 16: p99 ≤ 10 ms)",
-			l.Found, thousands(l.Rate), ms(l.Latency.P50), ms(l.Latency.P99), ms(l.Latency.Max)))
+		p99 := l.p99Spread()
+		lines = append(lines, fmt.Sprintf("- leave → gate closed, from acknowledgement (%d leaves in %d rounds at %s signals/s): p99 %s [%s – %s] over the rounds (all leaves: p50 %s, p99 %s, max %s); aim of issue 16 §3, p99 ≤ 10 ms in the worst round: %s",
+			l.Found, len(l.Rounds), thousands(l.Rate), msf(p99.Median), msf(p99.Min), msf(p99.Max),
+			ms(l.Latency.P50), ms(l.Latency.P99), ms(l.Latency.Max), metNo(p99.N > 0 && p99.Max <= 0.010)))
 	} else if l != nil {
 		lines = append(lines, "- leave latency: failed: "+oneLine(l.Err))
 	}
@@ -486,6 +488,13 @@ func (r *results) latencySection(w writef) {
 			return
 		}
 	}
+	if len(l.Rounds) > 0 {
+		w("| round | leaves | p50 | p99 | max | signals/s meanwhile | processor cores |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+		for i, x := range l.Rounds {
+			w("| %d | %d | %s | %s | %s | %s | %.2f |\n", i+1, x.Found, ms(x.Latency.P50), ms(x.Latency.P99), ms(x.Latency.Max), thousands(x.Rate), x.CPU)
+		}
+		w("\nAll rounds' leaves together:\n\n")
+	}
 	w("| from | leaves | p50 | p99 | p99.9 | max | min | signals/s meanwhile (target) | processor cores |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	w("| acknowledgement | %d of %d | %s | %s | %s | %s | %s | %s (%s) | %.2f |\n", l.Found, l.Sent,
@@ -592,7 +601,7 @@ func (r *results) trendRow(o *runOptions) string {
 	}
 	p99 := "–"
 	if l := r.Latency; l != nil && l.Found > 0 {
-		p99 = fixed(1)(float64(l.Latency.P99) / 1e6)
+		p99 = fixed(1)(l.p99Spread().Median * 1e3)
 	}
 	restore := "–"
 	for _, x := range r.Restores {
@@ -607,6 +616,22 @@ func (r *results) trendRow(o *runOptions) string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// p99Spread is the rounds' p99 in seconds, median [min – max].
+func (l *latencyResult) p99Spread() spread {
+	var xs []float64
+	for _, x := range l.Rounds {
+		xs = append(xs, x.Latency.P99.Seconds())
+	}
+	return spreadOf(xs)
+}
+
+func metNo(b bool) string {
+	if b {
+		return "met"
+	}
+	return "not met"
+}
 
 // msf formats seconds as milliseconds; NaN as a dash.
 func msf(s float64) string {

@@ -34,6 +34,23 @@ func (h histogram) minus(o histogram) histogram {
 	return d
 }
 
+// plus returns h and o of the same series summed: what both observed.
+func (h histogram) plus(o histogram) histogram {
+	switch {
+	case len(o.le) == 0:
+		return h
+	case len(h.le) == 0:
+		return o
+	}
+	d := histogram{le: h.le, cum: slices.Clone(h.cum), sum: h.sum + o.sum, count: h.count + o.count}
+	if len(o.cum) == len(h.cum) {
+		for i := range d.cum {
+			d.cum[i] += o.cum[i]
+		}
+	}
+	return d
+}
+
 // mean is the mean observation, NaN when there is none.
 func (h histogram) mean() float64 {
 	if h.count <= 0 {

@@ -58,3 +58,20 @@ cohortgate_command_fetch_delay_seconds_count 2
 		t.Errorf("stepsBetween = %+v", figs)
 	}
 }
+
+// TestHistogramPlus: the rounds' histograms add up bucket by bucket, and
+// a round that read none adds nothing.
+func TestHistogramPlus(t *testing.T) {
+	a := histogram{le: []float64{0.001, math.Inf(1)}, cum: []float64{1, 2}, sum: 0.5, count: 2}
+	b := histogram{le: []float64{0.001, math.Inf(1)}, cum: []float64{3, 3}, sum: 0.003, count: 3}
+	got := a.plus(b)
+	if got.count != 5 || got.cum[0] != 4 || got.cum[1] != 5 || math.Abs(got.sum-0.503) > 1e-12 {
+		t.Fatalf("a+b = %+v", got)
+	}
+	if a.cum[0] != 1 {
+		t.Fatalf("plus changed its receiver: %+v", a)
+	}
+	if got := (histogram{}).plus(b); got.count != 3 || got.cum[0] != 3 {
+		t.Fatalf("0+b = %+v", got)
+	}
+}
