@@ -81,7 +81,7 @@ func (f *heldSyncFile) SyncTo(length int64) (bool, error) { f.fs.sync(); return 
 // is over both are, in order.
 func TestLeaveClosesGateBeforeEarlierSync(t *testing.T) {
 	fs := &heldSyncFS{FS: vfs.NewMem(), entered: make(chan struct{}, 1), release: make(chan struct{})}
-	st := newCommandsStateOn(t, nil, &membership.Options{FS: fs})
+	st := newCommandsStateOn(t, nil, "db", &membership.Options{FS: fs})
 	defer st.store.Close()
 	c := newClaim(0, 1, 0, 0)
 	c.recovery.done = true
@@ -142,5 +142,48 @@ func TestLeaveClosesGateBeforeEarlierSync(t *testing.T) {
 	}
 	if items := st.a.outbox.take(); len(items) != 2 {
 		t.Fatalf("%d outbox records after the syncs, want the two leaves' changelog records", len(items))
+	}
+}
+
+// BenchmarkApplyLeaves: one leave per commands batch, back to back, on a
+// store synced to this machine's disk, as the applier sees it: "inline"
+// waits for each batch's sync before the next (as before the syncer),
+// "syncer" hands the sync over and goes on. ns/op is how long the next
+// leave waits for the applier.
+func BenchmarkApplyLeaves(b *testing.B) {
+	for _, mode := range []string{"inline", "syncer"} {
+		b.Run(mode, func(b *testing.B) {
+			st := newCommandsStateOn(b, nil, b.TempDir(), &membership.Options{})
+			defer st.store.Close()
+			c := newClaim(0, 1, 0, 0)
+			c.recovery.done = true
+			st.a.claims.put(c)
+			var stop func() error
+			if mode == "syncer" {
+				stop = st.a.startSyncer(func(err error) { b.Error(err) })
+			}
+			ctx := context.Background()
+			var offset int64
+			b.ReportAllocs()
+			for b.Loop() {
+				ms := 1_000_000 + offset
+				r := &kgo.Record{Topic: "membership.commands", Offset: offset, Key: fmt.Appendf(nil, "%d", offset+1),
+					Timestamp: time.UnixMilli(ms),
+					Value:     fmt.Appendf(nil, `{"op":"leave","user_id":%d,"at_ns":%d}`, offset+1, ms*int64(time.Millisecond))}
+				fp := kgo.FetchTopicPartition{Topic: r.Topic, FetchPartition: kgo.FetchPartition{Partition: 0, Records: []*kgo.Record{r}}}
+				if err := st.a.applyFetched(ctx, []kgo.FetchTopicPartition{fp}); err != nil {
+					b.Fatal(err)
+				}
+				offset++
+				if offset%1024 == 0 {
+					st.a.outbox.take() // as the signals loop would
+				}
+			}
+			if stop != nil {
+				if err := stop(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
