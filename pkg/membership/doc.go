@@ -134,8 +134,9 @@
 // Options.BackgroundFailureTimeout, fails the store ([ErrFailed]): Pebble
 // cannot go on from it, so that call and every later one fail, and the
 // store must be closed and opened again once the disk is fixed. Nothing is
-// lost: every batch whose Commit returned nil is in the store reopened, and
-// the batch that failed is there in full or not at all. A failure Pebble
+// lost: every batch whose Commit (or whose CommitNoSyncWait and then
+// Syncing.Wait) returned nil is in the store reopened, and the batch that
+// failed is there in full or not at all. A failure Pebble
 // meets in a background job of its own, outside any call (writing its
 // MANIFEST), cannot be returned: it ends the process with a panic that
 // names the directory.
