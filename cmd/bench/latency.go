@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,33 +39,58 @@ type latencyResult struct {
 	Rate       float64 // signals/s written while the leaves went out
 	Grace      time.Duration
 	CPU        float64 // the processor's cores while the leaves went out
-	Command    string
-	Err        string
+	// Steps is where the time went, from the processor's own histograms
+	// over the leaves' spans (stepSeries), every round's summed; nil if
+	// they could not be read.
+	Steps   []stepFigures
+	Command string // of the last round
+	Err     string
+	// Rounds are the repetitions, each with a processor and topics of its
+	// own; the figures above pool their leaves.
+	Rounds []latencyRound
+}
+
+// latencyRound is one repetition of the latency phase.
+type latencyRound struct {
+	Found     int
+	Latency   summary // from the acknowledgement
+	Rate, CPU float64
+}
+
+// worstP99 is the highest p99 of the rounds, the one an aim is judged by.
+func (r *latencyResult) worstP99() time.Duration {
+	var worst time.Duration
+	for _, x := range r.Rounds {
+		worst = max(worst, x.Latency.P99)
+	}
+	return worst
 }
 
 // errNoEOSRate is returned when the latency phase has no rate to aim at.
 var errNoEOSRate = errors.New("no exactly-once rate measured; give --latency-rate")
 
-// latencyPhase starts an exactly-once processor on fresh topics, lets the
-// load generator write signals at half the measured exactly-once rate, and
-// meanwhile produces leaves of distinct users, one at a time, spread over
-// --latency-duration; then reads their receipts from the changelog.
+// latencyPhase runs --latency-rounds rounds, each of which starts an
+// exactly-once processor on fresh topics, lets the load generator write
+// signals at half the measured exactly-once rate, and meanwhile produces
+// its share of --latency-leaves leaves of distinct users, one at a time,
+// spread over its share of --latency-duration; then reads their receipts
+// from the changelog.
 func (h *harness) latencyPhase(ctx context.Context) {
 	r := &latencyResult{Grace: h.o.latencyGrace}
 	h.res.Latency = r
-	if err := h.latency(ctx, r); err != nil {
+	if err := h.latencyRounds(ctx, r); err != nil {
 		r.Err = err.Error()
 		h.res.errorf("latency: %v", err)
 		h.printf("latency: FAILED: %v", err)
 	}
 }
 
-func (h *harness) latency(ctx context.Context, r *latencyResult) error {
+func (h *harness) latencyRounds(ctx context.Context, r *latencyResult) error {
 	r.TargetRate = h.o.latencyRate
 	if r.TargetRate == 0 {
-		for _, t := range h.res.Throughput {
-			if t.Name == runProcessorEOS && t.Err == "" {
-				r.TargetRate = t.Rate / 2
+		for _, x := range h.res.summaries() {
+			if x.Name == runProcessorEOS && x.Rate.N > 0 {
+				r.TargetRate = x.Rate.Median / 2
 			}
 		}
 	}
@@ -74,89 +100,143 @@ func (h *harness) latency(ctx context.Context, r *latencyResult) error {
 	if h.o.latencyLeaves > h.o.load.Users {
 		return fmt.Errorf("--latency-leaves %d exceeds --users %d: the leaves are of distinct users", h.o.latencyLeaves, h.o.load.Users)
 	}
-	set := h.topicSet("lat")
+	rounds := h.o.latencyRounds
+	users := rand.New(rand.NewPCG(h.o.load.Seed, 7)).Perm(h.o.load.Users)[:h.o.latencyLeaves]
+	var lat, fromSend []time.Duration
+	steps := make(map[string]histogram)
+	var rate, cpu float64
+	for i := range rounds {
+		mine := users[i*len(users)/rounds : (i+1)*len(users)/rounds]
+		x, err := h.latency(ctx, r, i+1, mine, h.o.latencyFor/time.Duration(rounds))
+		if err != nil {
+			return fmt.Errorf("round %d: %w", i+1, err)
+		}
+		rl := latencyRound{Found: len(x.lat), Latency: summarize(slices.Clone(x.lat)), Rate: x.rate, CPU: x.cpu}
+		r.Rounds = append(r.Rounds, rl)
+		h.printf("latency: round %d: %d leaves: p50 %v, p99 %v, max %v; signals at %s/s", i+1, rl.Found,
+			rl.Latency.P50, rl.Latency.P99, rl.Latency.Max, thousands(rl.Rate))
+		lat, fromSend = append(lat, x.lat...), append(fromSend, x.fromSend...)
+		r.Sent, r.Found, r.Negative = r.Sent+x.sent, r.Found+len(x.lat), r.Negative+x.negative
+		rate, cpu = rate+x.rate, cpu+x.cpu
+		if steps != nil && x.steps != nil {
+			for k, v := range x.steps {
+				steps[k] = v.plus(steps[k])
+			}
+		} else {
+			steps = nil
+		}
+	}
+	r.Latency, r.FromSend = summarize(lat), summarize(fromSend)
+	r.Rate, r.CPU = rate/float64(rounds), cpu/float64(rounds)
+	if steps != nil {
+		r.Steps = stepsBetween(nil, steps)
+	}
+	h.printf("latency: %d leaves in %d rounds: p50 %v, p99 %v (worst round %v), max %v", r.Found, rounds,
+		r.Latency.P50, r.Latency.P99, r.worstP99(), r.Latency.Max)
+	return nil
+}
+
+// latencyOutcome is what one round measured.
+type latencyOutcome struct {
+	lat, fromSend []time.Duration
+	sent          int
+	negative      int
+	steps         map[string]histogram // observed over the leaves' span; nil if not read
+	rate, cpu     float64
+}
+
+func (h *harness) latency(ctx context.Context, r *latencyResult, round int, users []int, spread time.Duration) (*latencyOutcome, error) {
+	name := "lat"
+	if round > 1 {
+		name += strconv.Itoa(round)
+	}
+	set := h.topicSet(name)
 	if err := h.createTopics(ctx, set, int32(h.o.partitions)); err != nil {
-		return err
+		return nil, err
 	}
 
 	addr, err := freeAddr()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	args := h.processorArgs(h.topic("lat.group"), filepath.Join(h.work, "latency", "data"), addr, set,
+	args := h.processorArgs(h.topic(name+".group"), filepath.Join(h.work, "latency", name, "data"), addr, set,
 		"--grace", h.o.latencyGrace.String())
 	r.Command = "processor " + joinArgs(args)
-	h.printf("latency: starting the processor (exactly once, grace %v)", h.o.latencyGrace)
-	proc, err := h.procs.start("latency-processor", h.logPath("latency-processor"), nil, h.o.processor, args...)
+	h.printf("latency: round %d: starting the processor (exactly once, grace %v)", round, h.o.latencyGrace)
+	proc, err := h.procs.start("latency-processor-"+strconv.Itoa(round), h.logPath("latency-processor-"+strconv.Itoa(round)), nil, h.o.processor, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer proc.stop(30 * time.Second)
 	if err := waitReady(ctx, proc, "http://"+addr+"/readyz", 90*time.Second); err != nil {
-		return err
+		return nil, err
 	}
 
-	duration := h.o.latencyFor + 10*time.Second // the leaves start after a warm-up
+	duration := spread + 10*time.Second // the leaves start after a warm-up
 	lg := []string{"--brokers", joinList(h.o.brokers), "--users", strconv.Itoa(h.o.load.Users),
 		"--signals", strconv.Itoa(int(r.TargetRate * duration.Seconds())), "--value-size", strconv.Itoa(h.o.load.ValueSize),
 		"--leave-pct", "0", "--rejoin-pct", "0", "--rate", strconv.Itoa(int(r.TargetRate)),
-		"--seed", strconv.FormatUint(h.o.load.Seed+1, 10), "--create-topics=false"}
+		"--seed", strconv.FormatUint(h.o.load.Seed+uint64(round), 10), "--create-topics=false"}
 	lg = append(lg, workload.TopicFlags(set)...)
-	h.printf("latency: signals at %s/s: loadgen %s", thousands(r.TargetRate), joinArgs(lg))
-	gen, err := h.procs.start("latency-loadgen", h.logPath("latency-loadgen"), nil, h.o.loadgen, lg...)
+	h.printf("latency: round %d: signals at %s/s: loadgen %s", round, thousands(r.TargetRate), joinArgs(lg))
+	gen, err := h.procs.start("latency-loadgen-"+strconv.Itoa(round), h.logPath("latency-loadgen-"+strconv.Itoa(round)), nil, h.o.loadgen, lg...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer gen.stop(10 * time.Second)
 	if err := workload.Sleep(ctx, 5*time.Second); err != nil {
-		return err
+		return nil, err
 	}
 
-	acks, sent, rate, cpu, err := h.produceLeaves(ctx, set, proc, gen)
+	x := &latencyOutcome{}
+	before, herr := scrapeHistograms(ctx, "http://"+addr)
+	acks, sent, rate, cpu, err := h.produceLeaves(ctx, set, proc, gen, users, spread)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r.Sent, r.Rate, r.CPU = len(acks), rate, cpu
+	x.sent, x.rate, x.cpu = len(acks), rate, cpu
+	after, err := scrapeHistograms(ctx, "http://"+addr)
+	if err = errors.Join(herr, err); err != nil {
+		h.printf("latency: the processor's step histograms not read: %v", err)
+	} else {
+		x.steps = make(map[string]histogram)
+		for _, name := range stepSeries() {
+			x.steps[name] = after[name].minus(before[name])
+		}
+	}
 	gen.stop(10 * time.Second)
 
-	h.printf("latency: %d leaves acknowledged; reading their receipts from %s", len(acks), set.Changelog)
+	h.printf("latency: round %d: %d leaves acknowledged; reading their receipts from %s", round, len(acks), set.Changelog)
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	applied, err := h.receipts(rctx, string(set.Changelog), acks)
-	r.Found = len(applied)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	lat := make([]time.Duration, 0, len(applied))
-	fromSend := make([]time.Duration, 0, len(applied))
 	for id, at := range applied {
 		d := at.Sub(acks[id])
 		if d < 0 {
-			r.Negative++
+			x.negative++
 		}
-		lat = append(lat, d)
-		fromSend = append(fromSend, at.Sub(sent[id]))
+		x.lat = append(x.lat, d)
+		x.fromSend = append(x.fromSend, at.Sub(sent[id]))
 	}
-	r.FromSend = summarize(fromSend)
-	r.Latency = summarize(lat)
-	h.printf("latency: %d leaves: p50 %v, p99 %v, max %v; signals at %s/s", r.Found,
-		r.Latency.P50, r.Latency.P99, r.Latency.Max, thousands(r.Rate))
-	return nil
+	return x, nil
 }
 
-// produceLeaves produces --latency-leaves leaves of distinct users, evenly
-// spread over --latency-duration, each waiting for its acknowledgement. It
-// returns the acknowledgement and send times by request id, the signals
-// rate the load generator kept meanwhile and the processor's cores.
-func (h *harness) produceLeaves(ctx context.Context, set topics.Set, proc, gen *child) (acks, sent map[string]time.Time, rate, cores float64, err error) {
+// produceLeaves produces a leave of each of users (workload indexes, so
+// user ids minus one), evenly spread over spread, each waiting for its
+// acknowledgement. It returns the acknowledgement and send times by
+// request id, the signals rate the load generator kept meanwhile and the
+// processor's cores.
+func (h *harness) produceLeaves(ctx context.Context, set topics.Set, proc, gen *child, users []int, spread time.Duration) (acks, sent map[string]time.Time, rate, cores float64, err error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(h.o.brokers...), kgo.ClientID("cohortgate-bench-leaves"),
 		kgo.ProducerLinger(0))
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
 	defer cl.Close()
-	n := h.o.latencyLeaves
-	users := rand.New(rand.NewPCG(h.o.load.Seed, 7)).Perm(h.o.load.Users)[:n]
+	n := len(users)
 	acks, sent = make(map[string]time.Time, n), make(map[string]time.Time, n)
 
 	endsBefore, err := h.a.endOffsets(ctx, string(set.Signals))
@@ -165,7 +245,7 @@ func (h *harness) produceLeaves(ctx context.Context, set topics.Set, proc, gen *
 	}
 	cpuBefore, _ := procCPU(proc.pid())
 	start := time.Now()
-	every := h.o.latencyFor / time.Duration(n)
+	every := spread / time.Duration(n)
 	var lastPrint time.Time
 	for i, u := range users {
 		if err := workload.Sleep(ctx, time.Until(start.Add(time.Duration(i)*every))); err != nil {
@@ -178,7 +258,7 @@ func (h *harness) produceLeaves(ctx context.Context, set topics.Set, proc, gen *
 			return nil, nil, 0, 0, proc.failure()
 		}
 		user := uint64(u) + 1
-		id := h.topic("lat-" + strconv.Itoa(i))
+		id := h.topic("lat-" + strconv.Itoa(u))
 		now := time.Now()
 		rec := &kgo.Record{
 			Topic: string(set.Commands), Key: topics.AppendUserID(nil, user), Timestamp: now,

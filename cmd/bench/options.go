@@ -41,6 +41,7 @@ type runOptions struct {
 	agreeGrace time.Duration   // the processor's --grace there
 
 	latencyLeaves int
+	latencyRounds int
 	latencyFor    time.Duration
 	latencyRate   float64 // 0: half the exactly-once run's rate
 	latencyGrace  time.Duration
@@ -109,7 +110,8 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	fs.DurationVar(&o.agreeGrace, "agree-grace", 2*time.Second, "the processor's --grace in the agreement phase")
 
 	fs.IntVar(&o.latencyLeaves, "latency-leaves", 1200, "leaves whose latency is measured")
-	fs.DurationVar(&o.latencyFor, "latency-duration", 24*time.Second, "over how long the leaves are spread")
+	fs.IntVar(&o.latencyRounds, "latency-rounds", 3, "rounds of the latency phase, each with a processor and topics of its own; the leaves and their duration are shared out among them")
+	fs.DurationVar(&o.latencyFor, "latency-duration", 24*time.Second, "over how long the leaves are spread, all rounds together")
 	fs.Float64Var(&o.latencyRate, "latency-rate", 0, "signals/s flowing meanwhile; 0: half the measured exactly-once rate")
 	fs.DurationVar(&o.latencyGrace, "latency-grace", 0, "the processor's --grace in the latency phase; 0: no alignment hold, as issue 7 asks")
 
@@ -174,8 +176,8 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	if o.partitions < 1 {
 		errs = append(errs, errors.New("--partitions: must be at least 1"))
 	}
-	if o.latencyLeaves < 1 || o.latencyFor < time.Second {
-		errs = append(errs, errors.New("--latency-leaves must be at least 1 and --latency-duration at least 1s"))
+	if o.latencyRounds < 1 || o.latencyLeaves < o.latencyRounds || o.latencyFor < time.Duration(o.latencyRounds)*time.Second {
+		errs = append(errs, errors.New("--latency-rounds must be at least 1, --latency-leaves at least one per round and --latency-duration at least 1s per round"))
 	}
 	if o.rebuildCommands < 2 {
 		errs = append(errs, errors.New("--rebuild-commands: must be at least 2"))

@@ -279,8 +279,10 @@ func (r *results) agreementSection(w writef) {
 func (r *results) otherPhasesSection(w writef) {
 	var lines []string
 	if l := r.Latency; l != nil && l.Found > 0 {
-		lines = append(lines, fmt.Sprintf("- leave → gate closed, from acknowledgement (%d leaves at %s signals/s): p50 %s, p99 %s, max %s (aim of issue 16: p99 ≤ 10 ms)",
-			l.Found, thousands(l.Rate), ms(l.Latency.P50), ms(l.Latency.P99), ms(l.Latency.Max)))
+		p99 := l.p99Spread()
+		lines = append(lines, fmt.Sprintf("- leave → gate closed, from acknowledgement (%d leaves in %d rounds at %s signals/s): p99 %s [%s – %s] over the rounds (all leaves: p50 %s, p99 %s, max %s); aim of issue 16 §3, p99 ≤ 10 ms in the worst round: %s",
+			l.Found, len(l.Rounds), thousands(l.Rate), msf(p99.Median), msf(p99.Min), msf(p99.Max),
+			ms(l.Latency.P50), ms(l.Latency.P99), ms(l.Latency.Max), metNo(p99.N > 0 && p99.Max <= 0.010)))
 	} else if l != nil {
 		lines = append(lines, "- leave latency: failed: "+oneLine(l.Err))
 	}
@@ -486,6 +488,13 @@ func (r *results) latencySection(w writef) {
 			return
 		}
 	}
+	if len(l.Rounds) > 0 {
+		w("| round | leaves | p50 | p99 | max | signals/s meanwhile | processor cores |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+		for i, x := range l.Rounds {
+			w("| %d | %d | %s | %s | %s | %s | %.2f |\n", i+1, x.Found, ms(x.Latency.P50), ms(x.Latency.P99), ms(x.Latency.Max), thousands(x.Rate), x.CPU)
+		}
+		w("\nAll rounds' leaves together:\n\n")
+	}
 	w("| from | leaves | p50 | p99 | p99.9 | max | min | signals/s meanwhile (target) | processor cores |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	w("| acknowledgement | %d of %d | %s | %s | %s | %s | %s | %s (%s) | %.2f |\n", l.Found, l.Sent,
@@ -494,6 +503,17 @@ func (r *results) latencySection(w writef) {
 	w("| send | %d of %d | %s | %s | %s | %s | %s | | |\n", l.Found, l.Sent,
 		ms(l.FromSend.P50), ms(l.FromSend.P99), ms(l.FromSend.P999), ms(l.FromSend.Max), ms(l.FromSend.Min))
 	w("\nTo `receipt.applied_at_ns` of the leave's changelog record (the processor's clock when the leave was in force in its gate), matched by request_id, from the return of the leave's ProduceSync (acknowledged by Kafka; %d of the leaves were applied before the producer saw its acknowledgement: negative values), or from just before it was produced (its at_ns). One leave in flight at a time, distinct users, while the load generator wrote signals at half the exactly-once rate. Processor: exactly once, `--grace %v`: `%s`.\n", l.Negative, l.Grace, l.Command)
+	if len(l.Steps) > 0 {
+		w("\nWhere the time goes, from the processor's own histograms over the leaves' span (every commands batch then held leaves only): the fetch delay per command, then each step of a batch; a leave is in force once `gate` ends; `sync` (the write-ahead log's, after which the batch's records are queued and its offsets release held signals) runs beside the next batch. Quantiles are interpolated within buckets a factor √2 wide.\n\n")
+		w("| step | observed | mean | p50 | p99 |\n|---|---:|---:|---:|---:|\n")
+		for _, s := range l.Steps {
+			name := "fetch delay (record timestamp to poll)"
+			if _, step, ok := strings.Cut(s.Name, "{"); ok {
+				name = "batch: " + strings.TrimSuffix(step, "}")
+			}
+			w("| %s | %s | %s | %s | %s |\n", name, thousands(s.Count), msf(s.Mean), msf(s.P50), msf(s.P99))
+		}
+	}
 }
 
 func (r *results) gateSection(w writef) {
@@ -581,7 +601,7 @@ func (r *results) trendRow(o *runOptions) string {
 	}
 	p99 := "–"
 	if l := r.Latency; l != nil && l.Found > 0 {
-		p99 = fixed(1)(float64(l.Latency.P99) / 1e6)
+		p99 = fixed(1)(l.p99Spread().Median * 1e3)
 	}
 	restore := "–"
 	for _, x := range r.Restores {
@@ -596,6 +616,30 @@ func (r *results) trendRow(o *runOptions) string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// p99Spread is the rounds' p99 in seconds, median [min – max].
+func (l *latencyResult) p99Spread() spread {
+	var xs []float64
+	for _, x := range l.Rounds {
+		xs = append(xs, x.Latency.P99.Seconds())
+	}
+	return spreadOf(xs)
+}
+
+func metNo(b bool) string {
+	if b {
+		return "met"
+	}
+	return "not met"
+}
+
+// msf formats seconds as milliseconds; NaN as a dash.
+func msf(s float64) string {
+	if math.IsNaN(s) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f ms", s*1e3)
+}
 
 // trimFloat formats f with 4 significant digits, and from 10,000 up as a
 // whole number with separators.

@@ -32,12 +32,15 @@ import (
 //  4. reads, per partition, how far the signals side may have decided
 //     without these commands, which gives receipts and late-leave windows,
 //     and stores them with the changelog records in the batch's outbox;
-//  5. commits the batch (one fsync), queues its records for the signals
-//     loop, and only then advances the applied offsets that release held
-//     signals.
+//  5. commits the batch (one fsync) and, once the sync is over, queues its
+//     records for the signals loop and only then advances the applied
+//     offsets that release held signals. The sync is waited for by a
+//     second goroutine (see run) while this one goes on with the next
+//     fetch, so a leave does not wait for the sync of the batch before it.
 //
 // applyFetched is steps 1 to 5 for records already fetched: what tests
-// drive without a broker (commands_test.go, testdata/commands).
+// drive without a broker (commands_test.go, testdata/commands); without
+// run's syncer it waits for the sync itself.
 type applier struct {
 	cfg        *Config
 	cl         *kgo.Client // the commands consumer; nil in tests
@@ -54,6 +57,24 @@ type applier struct {
 	// committed (updateGate runs before the commit): a gate snapshot taken
 	// then would not equal the store. Owned by the applier's goroutine.
 	gateAhead bool
+	// steps times each batch's steps; its zero value times nothing.
+	steps stepTimer
+	// syncs takes each committed batch to the syncer (see run); nil, as
+	// in tests that call applyFetched, the batch is published at once.
+	syncs chan committed
+	// through is, per claim, the offset after the last command this
+	// goroutine applied: the claim's applied offset lags it while the
+	// batch waits for its sync. Owned by the applier's goroutine.
+	through map[*claim]int64
+}
+
+// committed is a batch committed but maybe not synced yet, with what to
+// publish once it is durable.
+type committed struct {
+	syncing  *membership.Syncing
+	items    []outboxItem
+	advanced []claimOffset
+	cmds     []appliedCmd
 }
 
 // CommandsGapError halts the processor: commands of a partition cannot be
@@ -96,16 +117,72 @@ type appliedCmd struct {
 	change membership.Change
 }
 
+// run applies the fetched commands until ctx is done. A second goroutine,
+// the syncer, waits for each batch's sync and only then publishes it
+// (applier.publish), while this one goes on with the next fetch: a leave
+// queued behind a batch whose sync is under way closes the gate without
+// waiting for that sync. Nothing that needs a batch durable (its outbox
+// records, the applied offsets that release held signals) happens before
+// its sync; the next batch reads its writes, which Pebble makes visible
+// before the sync, and a crash meanwhile loses both whole. run returns
+// once every batch handed over is published or a sync failed.
 func (a *applier) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := a.startSyncer(cancel)
+	err := a.applyAll(ctx)
+	if serr := stop(); serr != nil {
+		return serr
+	}
+	return err
+}
+
+// startSyncer starts the syncer, which publishes every batch handed over
+// once it is synced; after a failed sync it calls failed and publishes
+// nothing more. stop, called once nothing is handed over any more, returns
+// when every batch handed over is published, with the sync's error if one
+// failed.
+func (a *applier) startSyncer(failed func(error)) (stop func() error) {
+	a.syncs = make(chan committed, syncQueue)
+	synced := make(chan error, 1)
+	go func() {
+		var err error
+		for c := range a.syncs {
+			if err != nil {
+				_ = c.syncing.Wait() // fails too: the store failed
+				continue
+			}
+			if err = a.publish(c); err != nil {
+				failed(err) // stop applying
+			}
+		}
+		synced <- err
+	}()
+	return func() error {
+		close(a.syncs)
+		return <-synced
+	}
+}
+
+// syncQueue bounds how many committed batches may wait for their sync:
+// how far the gate and the store's visible state may run ahead of what is
+// durable.
+const syncQueue = 8
+
+func (a *applier) applyAll(ctx context.Context) error {
 	for {
+		a.steps.start()
 		fetches := a.cl.PollFetches(ctx)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			return nil
 		}
+		a.steps.lap(stepWait)
 		if err := a.fetchErrors(fetches); err != nil {
 			return err
 		}
-		if err := a.applyFetched(ctx, fetchedPartitions(fetches)); err != nil {
+		fetched := fetchedPartitions(fetches)
+		a.steps.fetched(fetched)
+		if err := a.applyFetched(ctx, fetched); err != nil {
 			return err
 		}
 	}
@@ -139,6 +216,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 			}
 		}
 	}
+	a.steps.lap(stepRecover)
 	b := a.store.NewBatch()
 	defer b.Close()
 	var (
@@ -156,7 +234,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 		// start below the checkpoint on purpose, to write the changelog
 		// records of commands applied before (see ownership.assigned).
 		// Applied again, each is a duplicate.
-		next := c.applied.Load()
+		next := max(c.applied.Load(), a.through[c])
 		for _, r := range fp.Records {
 			if r.Offset < next {
 				continue // fetched again after re-assignment
@@ -191,10 +269,12 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 	if len(advanced) == 0 {
 		return nil
 	}
+	a.steps.lap(stepApply)
 	a.gateAhead = true
 	if err := a.updateGate(cmds); err != nil {
 		return err
 	}
+	a.steps.lap(stepGate)
 	changelog, err := a.settle(ctx, b, cmds)
 	if err != nil {
 		return err
@@ -203,20 +283,58 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 	if err := storeOutbox(b, items); err != nil {
 		return err
 	}
-	if err := b.Commit(); err != nil {
+	a.steps.lap(stepSettle)
+	syncing, err := b.CommitNoSyncWait()
+	if err != nil {
 		return fmt.Errorf("unable to commit commands batch: %w", err)
 	}
+	a.steps.lap(stepCommit)
+	// The gate equals the store's visible state again; if the sync fails,
+	// Run ends with the failure and writes no snapshot.
 	a.gateAhead = false
+	a.remember(advanced)
+	c := committed{syncing: syncing, items: items, advanced: advanced, cmds: cmds}
+	if a.syncs == nil {
+		return a.publish(c)
+	}
+	a.syncs <- c // the syncer takes every batch, even after a failure
+	return nil
+}
+
+// remember notes how far this goroutine applied each claim, forgetting
+// claims that are gone.
+func (a *applier) remember(advanced []claimOffset) {
+	if a.through == nil {
+		a.through = make(map[*claim]int64)
+	}
+	for c := range a.through {
+		if a.claims.get(c.partition) != c {
+			delete(a.through, c)
+		}
+	}
+	for _, ca := range advanced {
+		a.through[ca.c] = ca.next
+	}
+}
+
+// publish waits for c's sync, then queues its records for the signals loop
+// and only then advances the applied offsets that release held signals.
+func (a *applier) publish(c committed) error {
+	start := time.Now()
+	if err := c.syncing.Wait(); err != nil {
+		return fmt.Errorf("unable to commit commands batch: %w", err)
+	}
+	a.steps.observe(stepSync, time.Since(start))
 	// The records first, then the offsets: the signals loop reads a
 	// claim's applied offset before it takes the outbox, and commits that
 	// offset as judged with what it took (loop.drainOutbox). Read the other
 	// way round, a cycle could say the commands were judged without their
 	// changelog records, and a kill before the next cycle lost them.
-	a.outbox.add(items...)
-	for _, ca := range advanced {
+	a.outbox.add(c.items...)
+	for _, ca := range c.advanced {
 		ca.c.applied.Store(ca.next)
 	}
-	for _, ac := range cmds {
+	for _, ac := range c.cmds {
 		result := "noop"
 		switch {
 		case ac.change.Changed:

@@ -77,7 +77,13 @@ func (f fakeWindows) windows(context.Context, int32) (map[uint64][]membership.La
 }
 
 func newCommandsState(t *testing.T, args map[string]string) *commandsState {
-	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	return newCommandsStateOn(t, args, "db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+}
+
+// newCommandsStateOn is newCommandsState with a store in dir opened with
+// opts.
+func newCommandsStateOn(t testing.TB, args map[string]string, dir string, opts *membership.Options) *commandsState {
+	store, err := membership.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

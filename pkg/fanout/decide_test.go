@@ -212,7 +212,7 @@ func argsOf(d *datadriven.TestData) map[string]string {
 	return out
 }
 
-func atoi(t *testing.T, s string) int {
+func atoi(t testing.TB, s string) int {
 	t.Helper()
 	n, err := strconv.Atoi(s)
 	if err != nil {

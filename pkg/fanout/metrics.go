@@ -1,9 +1,12 @@
 package fanout
 
 import (
+	"math"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // metrics are the processor's own Prometheus series. Labels never carry a
@@ -24,6 +27,8 @@ type metrics struct {
 	holdSeconds    prometheus.Histogram
 	restoreSeconds prometheus.Gauge
 	lag            *prometheus.GaugeVec // route, partition
+	batchSteps     *prometheus.HistogramVec
+	fetchDelay     prometheus.Histogram
 }
 
 // The route label of a series is the route's input topic: bounded by the
@@ -74,6 +79,8 @@ const (
 	MetricPartitionsRestore = "cohortgate_partitions_restoring"
 	MetricOutboxPending     = "cohortgate_outbox_pending"
 	MetricReady             = "cohortgate_ready"
+	MetricBatchStep         = "cohortgate_commands_batch_step_seconds"
+	MetricFetchDelay        = "cohortgate_command_fetch_delay_seconds"
 )
 
 // gauges are values the processor already tracks, exposed as GaugeFuncs so
@@ -148,11 +155,19 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricConsumerLag, Help: "Records between an input's high watermark and the last fetched offset, per route (its input topic) and owned partition.",
 		}, []string{"route", "partition"}),
+		batchSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: MetricBatchStep, Help: "Time each step of a commands batch took: wait (for a fetch), recover (late-leave windows of new claims), apply (to the store batch), gate (the gate closed or opened), settle (receipts and changelog records), commit (the store's write, visible), then, off the applier's path, sync (the write-ahead log's sync, after which the batch's records are queued and its offsets release held signals). A leave is in force once gate ends.",
+			Buckets: stepBuckets,
+		}, []string{"step"}),
+		fetchDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: MetricFetchDelay, Help: "Time from a command's record timestamp (its producer's clock) to the commands side receiving it from a poll; 0 when the timestamp is ahead.",
+			Buckets: stepBuckets,
+		}),
 	}
 	cs := []prometheus.Collector{
 		m.signalsIn, m.forwarded, m.dropped, m.dlq, m.commands, m.misrouted,
 		m.lateLeaves, m.txns, m.produceErrors, m.forwardLatency, m.holdSeconds,
-		m.restoreSeconds, m.lag,
+		m.restoreSeconds, m.lag, m.batchSteps, m.fetchDelay,
 		partitionGauges{desc: prometheus.NewDesc(MetricOpenTransaction,
 			"Seconds an owned commands partition has been held by a transaction left open on it (0 when it is not); its signals wait meanwhile.",
 			[]string{"partition"}, nil), values: g.openTxns},
@@ -174,7 +189,87 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	// (the routes' own: routes).
 	m.txns.WithLabelValues(outcomeCommit)
 	m.txns.WithLabelValues(outcomeAbort)
+	for _, s := range stepNames {
+		m.batchSteps.WithLabelValues(s)
+	}
 	return m, nil
+}
+
+// stepBuckets resolve the milliseconds of a commands batch: 0.1 ms to
+// about 18 s by factors of √2.
+var stepBuckets = prometheus.ExponentialBuckets(0.0001, math.Sqrt2, 36)
+
+// batchStep is one step of a commands batch (applier.applyFetched).
+type batchStep int
+
+const (
+	stepWait batchStep = iota
+	stepRecover
+	stepApply
+	stepGate
+	stepSettle
+	stepCommit
+	stepSync
+	numSteps
+)
+
+// stepNames are the step label values, by batchStep.
+var stepNames = [numSteps]string{"wait", "recover", "apply", "gate", "settle", "commit", "sync"}
+
+// stepTimer times the steps of the commands batches: lap observes the time
+// since the previous lap (or start) as step s. The zero stepTimer times
+// nothing, as in tests.
+type stepTimer struct {
+	steps [numSteps]prometheus.Observer
+	delay prometheus.Observer
+	last  time.Time
+}
+
+// stepTimer returns the timer of the commands side's batches.
+func (m *metrics) stepTimer() stepTimer {
+	t := stepTimer{delay: m.fetchDelay}
+	for i, s := range stepNames {
+		t.steps[i] = m.batchSteps.WithLabelValues(s)
+	}
+	return t
+}
+
+func (t *stepTimer) start() {
+	if t.delay != nil {
+		t.last = time.Now()
+	}
+}
+
+func (t *stepTimer) lap(s batchStep) {
+	if t.delay == nil {
+		return
+	}
+	now := time.Now()
+	t.steps[s].Observe(now.Sub(t.last).Seconds())
+	t.last = now
+}
+
+// observe observes d as step s: for the steps another goroutine times
+// (the sync, which the syncer waits for while the applier goes on).
+func (t *stepTimer) observe(s batchStep, d time.Duration) {
+	if t.delay != nil {
+		t.steps[s].Observe(d.Seconds())
+	}
+}
+
+// fetched observes, for every record of a poll, the time from its
+// timestamp to the end of the poll (the last lap).
+func (t *stepTimer) fetched(fps []kgo.FetchTopicPartition) {
+	if t.delay == nil {
+		return
+	}
+	for _, fp := range fps {
+		for _, r := range fp.Records {
+			if !r.Attrs.IsControl() {
+				t.delay.Observe(max(t.last.Sub(r.Timestamp), 0).Seconds())
+			}
+		}
+	}
 }
 
 func gaugeFunc(name, help string, fn func() float64) prometheus.GaugeFunc {

@@ -263,7 +263,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	})
 	applierDone := make(chan struct{})
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
-		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(),
+		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(), steps: p.m.stepTimer(),
 		recover: &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 			skip: p.cfg.UnsafeNoWindowRecovery,
 			src: &changelogReader{cl: k.recov, adm: k.adm, topic: string(p.cfg.Topics.Changelog),

@@ -313,9 +313,83 @@ func (b *Batch) commit() (err error) {
 	defer b.s.guardBare(&err)
 	switch {
 	case b.outbox:
-		return b.s.commitOutbox(b.pb)
+		return b.s.commitOutbox(b.pb, false)
 	case !b.pb.Empty():
 		return b.pb.Commit(b.s.writeOpt)
+	}
+	return nil
+}
+
+// CommitNoSyncWait writes the batch to the store as Commit does, but
+// returns once it is applied: later batches and reads see it, while the
+// write-ahead log may not have reached the disk yet. Nothing that depends
+// on the batch being durable may happen before the returned Syncing's Wait
+// returns nil. Both together are Commit, in two halves: a crash before the
+// sync loses the batch whole (and every batch committed after it), never
+// part of it. The claims are released now (reads see the batch); the batch
+// is done.
+//
+// It lets a caller overlap the sync of one batch with building the next
+// one, which reads this one's writes. With Options.NoSync there is no sync
+// to wait for, and Wait returns at once.
+func (b *Batch) CommitNoSyncWait() (*Syncing, error) {
+	if b.done {
+		return nil, ErrBatchDone
+	}
+	op := fmt.Sprintf("commit batch of %d commands", b.n)
+	if err := b.s.usable(op); err != nil {
+		b.finish()
+		return nil, err
+	}
+	if !b.s.writeOpt.Sync || b.pb.Empty() && !b.outbox {
+		err := b.commit()
+		b.finish()
+		if err != nil {
+			return nil, b.s.storageErr(op, err)
+		}
+		return &Syncing{}, nil
+	}
+	err := b.commitNoSyncWait()
+	b.done = true
+	b.s.release(b) // the Pebble batch stays open until its sync is over
+	if err != nil {
+		_ = b.pb.Close()
+		return nil, b.s.storageErr(op, err)
+	}
+	return &Syncing{s: b.s, pb: b.pb, op: op}, nil
+}
+
+func (b *Batch) commitNoSyncWait() (err error) {
+	defer b.s.guardBare(&err)
+	if b.outbox {
+		return b.s.commitOutbox(b.pb, true)
+	}
+	return b.s.db.ApplyNoSyncWait(b.pb, b.s.writeOpt)
+}
+
+// Syncing is a batch committed by CommitNoSyncWait whose sync may still be
+// under way. It belongs to one goroutine, which need not be the batch's.
+type Syncing struct {
+	s  *Store
+	pb *pebble.Batch // nil once waited for, or when there was no sync
+	op string
+}
+
+// Wait returns once the batch is durable, or with the error that failed its
+// sync: the store is then failed (ErrFailed), as when Commit fails, and
+// the batch is in the store, after a reopen, in full or not at all. Calls
+// after the first return nil.
+func (s *Syncing) Wait() error {
+	if s.pb == nil {
+		return nil
+	}
+	pb := s.pb
+	s.pb = nil
+	err := pb.SyncWait()
+	_ = pb.Close()
+	if err != nil {
+		f := &fatalError{dir: s.s.dir, msg: "sync of the write-ahead log: " + err.Error(), cause: err}
+		return s.s.storageErr(s.op, s.s.fail(f))
 	}
 	return nil
 }

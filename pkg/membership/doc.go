@@ -134,12 +134,13 @@
 // Options.BackgroundFailureTimeout, fails the store ([ErrFailed]): Pebble
 // cannot go on from it, so that call and every later one fail, and the
 // store must be closed and opened again once the disk is fixed. Nothing is
-// lost: every batch whose Commit returned nil is in the store reopened, and
-// the batch that failed is there in full or not at all. A failure Pebble
-// cannot go on from in a background job of its own, outside any call
-// (writing its MANIFEST, syncing a directory), fails the store too:
-// [Store.Failed] is closed, [Store.Err] says what failed, and every later
-// call returns it; the process goes on (it used to end with a panic).
+// lost: every batch whose Commit (or whose CommitNoSyncWait and then
+// Syncing.Wait) returned nil is in the store reopened, and the batch that
+// failed is there in full or not at all. A failure Pebble cannot go on
+// from in a background job of its own, outside any call (writing its
+// MANIFEST, syncing a directory), fails the store too: [Store.Failed] is
+// closed, [Store.Err] says what failed, and every later call returns it;
+// the process goes on (it used to end with a panic).
 //
 // # Concurrency
 //

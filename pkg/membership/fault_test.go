@@ -221,7 +221,9 @@ func faultWorkload(rng *rand.Rand, batches int) []faultBatch {
 	return out
 }
 
-// commitFault commits fb in one batch of s.
+// commitFault commits fb in one batch of s: with Commit, or, for every
+// other batch, with CommitNoSyncWait and then Syncing.Wait, which must keep
+// the same promises.
 func commitFault(s *Store, fb faultBatch) error {
 	b := s.NewBatch()
 	defer b.Close()
@@ -233,7 +235,14 @@ func commitFault(s *Store, fb faultBatch) error {
 	if err := b.SetCheckpoint("commands", 0, fb.next); err != nil {
 		return err
 	}
-	return b.Commit()
+	if fb.next%2 == 0 {
+		return b.Commit()
+	}
+	syncing, err := b.CommitNoSyncWait()
+	if err != nil {
+		return err
+	}
+	return syncing.Wait()
 }
 
 // reference is the dump of a store that never met a fault, after batches.

@@ -38,12 +38,15 @@ func (s *Store) nextOutboxSeq() (uint64, error) {
 
 // commitOutbox commits pb, which holds outbox entries, with the outbox
 // high-water mark.
-func (s *Store) commitOutbox(pb *pebble.Batch) error {
+func (s *Store) commitOutbox(pb *pebble.Batch, noSyncWait bool) error {
 	s.outbox.commitMu.Lock()
 	defer s.outbox.commitMu.Unlock()
 	v := encodeOutboxSeq(s.outbox.last.Load())
 	if err := pb.Set(metaOutboxSeqKey, v[:], nil); err != nil {
 		return err
+	}
+	if noSyncWait {
+		return s.db.ApplyNoSyncWait(pb, s.writeOpt)
 	}
 	return pb.Commit(s.writeOpt)
 }
