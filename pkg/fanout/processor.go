@@ -186,9 +186,9 @@ func (p *Processor) Member(userID uint64) (topics.MemberRecord, error) {
 // Nothing else changes the gate or the store, and only the aligner marks a
 // partition caught up, so no signal is decided before the gate is whole.
 //
-// Run owns four goroutines and returns only after all have exited: the
-// restore, the signals loop (Run's own), the commands side and the
-// aligner.
+// Run owns five goroutines and returns only after all have exited: the
+// restore, the signals loop (Run's own), the commands side, the aligner
+// and the watch on the store (a failure in Pebble's background halts Run).
 func (p *Processor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
