@@ -154,6 +154,8 @@
 //   - emit.go: producing a cycle's records and keeping their promises;
 //   - session.go: a cycle's transaction, or its plain commit, and Outcome's use;
 //   - commands.go: the commands side, the applier;
+//   - handover.go: a partition's users restored from the changelog on
+//     an owner with no state for it;
 //   - claim.go: what both sides share about one owned partition;
 //   - recover.go: late-leave windows recovered from the changelog;
 //   - align.go: alignment of signals with the commands, and the aligner;

@@ -18,6 +18,8 @@ import (
 // callbacks run on franz-go's goroutines.
 type ownership struct {
 	cfg    *Config
+	// changelogID is the changelog's topic ID as found at start.
+	changelogID string
 	store  Store
 	claims *claims
 	cmds   *kgo.Client // the commands consumer
@@ -67,7 +69,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		if o.claims.get(part) != nil {
 			continue // claimed with another input's partition
 		}
-		next, _, err := o.store.Checkpoint(string(o.cfg.Topics.Commands), part)
+		next, hasCheckpoint, err := o.store.Checkpoint(string(o.cfg.Topics.Commands), part)
 		if err != nil {
 			o.halt(fmt.Errorf("unable to read the commands checkpoint of partition %d: %w", part, err))
 			return nil
@@ -81,11 +83,19 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			next = m.judged
 		}
 		c := newClaim(part, routes, now, next)
+		c.changelogID = o.changelogID
 		if inherited {
 			c.maxEventNs.Store(m.eventNs)
 			c.inheritedMaxNs = m.eventNs
 			c.judgedBelow = m.judged
+			if m.judged > 0 && m.changelogID != o.changelogID {
+				// Commands were judged with their records in another
+				// changelog (deleted and created again since), or in one
+				// not named: this one may lack users.
+				c.changelogID = noChangelogID
+			}
 		}
+		c.restore = !hasCheckpoint && c.judgedBelow > 0
 		o.claims.put(c)
 		start[part] = kgo.NoResetOffset().At(next)
 	}
@@ -122,7 +132,10 @@ func (o *ownership) partitions(m map[string][]int32) []int32 {
 
 // committedMeta is what a partition's previous owner left in its offset
 // metadata; see claim.meta.
-type committedMeta struct{ eventNs, judged int64 }
+type committedMeta struct {
+	eventNs, judged int64
+	changelogID     string
+}
 
 // committedMeta reads, from the group's committed offsets, the highest
 // event time each partition's previous owner decided and how far it had
@@ -174,12 +187,17 @@ func (o *ownership) readMeta(ctx context.Context) (map[int32]committedMeta, erro
 			if off.Metadata == "" {
 				continue
 			}
-			if ts, judged, err := parseMeta(off.Metadata); err == nil {
+			if ts, judged, id, err := parseMeta(off.Metadata); err == nil {
 				m, seen := out[part]
 				if !seen {
-					m = committedMeta{ts, judged}
+					m = committedMeta{ts, judged, id}
 				}
-				out[part] = committedMeta{max(m.eventNs, ts), max(m.judged, judged)}
+				if m.changelogID != id {
+					// Inputs disagree (one committed before the changelog
+					// changed): the changelog is not known.
+					id = noChangelogID
+				}
+				out[part] = committedMeta{max(m.eventNs, ts), max(m.judged, judged), id}
 			}
 		}
 	}

@@ -127,6 +127,17 @@ type Dump struct {
 	records [][2][]byte // full keys and values, in key order
 }
 
+// WithoutIdentities returns d without its command identities, so that an
+// Import of it forgets which commands the user saw. It exists only for a
+// control run that shows what that breaks (rule C5); never use it
+// otherwise.
+func (d Dump) WithoutIdentities() Dump {
+	out := d
+	out.records = slices.DeleteFunc(slices.Clone(d.records), func(r [2][]byte) bool { return r[0][0] == spaceIdentities })
+	out.Identities = 0
+	return out
+}
+
 // DecodeDump decodes and checks a dump made by Batch.AppendDump. A dump
 // that does not decode exactly (an unknown version, a length past the end,
 // a record Restore would refuse, identities out of order, trailing bytes)

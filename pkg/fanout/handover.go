@@ -1,0 +1,239 @@
+package fanout
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cohortgate/cohortgate/pkg/gate"
+	"github.com/cohortgate/cohortgate/pkg/membership"
+)
+
+// A new owner whose store holds nothing of a partition (a new instance, a
+// replaced disk) would replay the partition's commands from offset 0
+// before forwarding any of its signals: minutes for millions of commands.
+// Instead it restores the partition's users from the changelog, the way a
+// Kafka Streams task restores a store from its changelog, and consumes
+// the commands from where the previous owners had judged them.
+//
+// Each changelog record carries, in its topics.HeaderRestore header, the
+// offset of the command it follows and the user's whole stored state as
+// pkg/membership dumps it: state, history, late-leave windows, note, and
+// the identity of every command applied to the user or refused. The
+// identities are what make the restore exact: without them a command
+// delivered again after the handover (a leave re-published after the
+// user's rejoin, say) would be applied as a new one and reopen a closed
+// episode, which a replay never does (rule C5). A refused rejoin writes a
+// record too (commands.go), so that its identity is in the changelog.
+//
+// Why the restored state equals a replay's. Let J be the judged offset of
+// the partition's offset metadata: every command below J that the store
+// took (applied, a duplicate, or refused) had its changelog record
+// committed with that metadata (claim.meta). So each user's latest record
+// follows a command at or after the user's last command below J, and says
+// which one (offset o): it is the user's stored state after every command
+// of the user through o, because application is deterministic and every
+// record is written from the store of an owner that applied all of them.
+// The new owner imports that state and applies, from J on, only the
+// user's commands after o (claim.reflected): a replay applies the same
+// commands to the same state. Late-leave windows, which are not a
+// function of the commands, are recovered from every record read and
+// attached as a replay's recovery attaches them (recover.go). Receipts in
+// the notes are those of the owner that applied the command, where a
+// replay's would restate its own clock.
+//
+// The changelog must hold every user's latest record, or a user would be
+// restored as if it had none. The restore is used only when that holds as
+// far as the processor can see, and otherwise the partition is replayed
+// from offset 0 and the HandoverInfo says why:
+//
+//   - the offset metadata names the changelog's topic ID, and it is the
+//     changelog's now (claim.changelogID: not deleted and created again
+//     since the partition's first command);
+//   - its cleanup.policy is compact alone (delete would drop records) and
+//     no partition read starts above offset 0 (DeleteRecords);
+//   - it is read read_committed to its last stable offset, so every record
+//     that committed with the metadata is read;
+//   - every user's latest record has a restore header that decodes: a
+//     tombstone, a record written by an older version, or one trimmed to
+//     fit the topic (history_omitted) has none.
+//
+// Until the restore is done the partition's applied offset stays at 0, so
+// its signals wait (fail closed); the state is imported, with the
+// commands checkpoint at J, in one store batch before the gate learns it.
+
+// restoreHeaderVersion is the first byte of a restore header, followed by
+// the commands offset the record follows (u64 BE) and the user's dump.
+const restoreHeaderVersion = 1
+
+// appendRestoreHeader appends the head of a restore header for a record
+// following the command at offset; the dump follows.
+func appendRestoreHeader(dst []byte, offset int64) []byte {
+	dst = append(dst, restoreHeaderVersion)
+	return binary.BigEndian.AppendUint64(dst, uint64(offset))
+}
+
+// parseRestoreHeader splits a restore header.
+func parseRestoreHeader(h []byte) (offset int64, dump []byte, err error) {
+	if len(h) < 1+8 || h[0] != restoreHeaderVersion {
+		return 0, nil, fmt.Errorf("restore header of %d bytes, version %d", len(h), firstByte(h))
+	}
+	offset = int64(binary.BigEndian.Uint64(h[1:9]))
+	if offset < 0 {
+		return 0, nil, fmt.Errorf("restore header with offset %d", offset)
+	}
+	return offset, h[9:], nil
+}
+
+func firstByte(b []byte) int {
+	if len(b) == 0 {
+		return -1
+	}
+	return int(b[0])
+}
+
+// restorer restores claims from the changelog for the commands side,
+// which owns it.
+type restorer struct {
+	cfg   *Config
+	store Store
+	gate  *gate.Map
+	rec   *recoverer // its source reads the changelog
+	ev    EventListener
+	// seek moves the commands consumer of part to offset; nil in tests.
+	seek func(part int32, offset int64)
+}
+
+// handover restores claim c from the changelog if it can, and otherwise
+// leaves it to replay its commands from offset 0. Only a store failure is
+// an error.
+func (a *restorer) handover(ctx context.Context, c *claim) error {
+	start := time.Now()
+	info := HandoverInfo{Partition: c.partition, Source: "changelog", From: c.judgedBelow}
+	why, err := a.restore(ctx, c, &info)
+	if err != nil {
+		return err
+	}
+	if why != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.ev.Handover(HandoverInfo{Partition: c.partition, Source: "replay", Reason: why})
+		return nil
+	}
+	info.Took = time.Since(start)
+	a.ev.Handover(info)
+	return nil
+}
+
+// restore restores claim c from the changelog, returning why not when it
+// did not (and changed nothing then).
+func (a *restorer) restore(ctx context.Context, c *claim, info *HandoverInfo) (why, err error) {
+	switch {
+	case a.cfg.HandoverReplay:
+		return errors.New("configured to replay (HandoverReplay)"), nil
+	case a.rec.skip:
+		return errors.New("late-leave window recovery is off (UnsafeNoWindowRecovery)"), nil
+	case c.changelogID == noChangelogID:
+		return errors.New("the offset metadata does not name the changelog that holds the records of every " +
+			"command judged (written by an older version, or the changelog was created again since)"), nil
+	}
+	read := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+	view, err := a.rec.src.read(rctx, c.partition, true)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("unable to read the changelog: %w", err), nil
+	}
+	info.Read = time.Since(read)
+	if view.lossy != nil {
+		return view.lossy, nil
+	}
+
+	dumps := make([]membership.Dump, 0, len(view.restore))
+	reflected := make(map[uint64]int64)
+	var missing, bad int
+	var firstBad error
+	for user, h := range view.restore {
+		if h == nil {
+			missing++
+			continue
+		}
+		offset, raw, err := parseRestoreHeader(h)
+		var d membership.Dump
+		if err == nil {
+			d, err = membership.DecodeDump(raw)
+		}
+		if err == nil && d.Member.UserID != user {
+			err = fmt.Errorf("restore header of another user under a record's key")
+		}
+		if err != nil {
+			bad++
+			firstBad = cmpOr(firstBad, err)
+			continue
+		}
+		if a.cfg.UnsafeRestoreWithoutIdentities {
+			d = d.WithoutIdentities()
+		}
+		dumps = append(dumps, d)
+		if offset >= c.judgedBelow {
+			reflected[user] = offset
+		}
+	}
+	switch {
+	case missing > 0:
+		return fmt.Errorf("%d users' latest changelog records carry no restore header (written by an older "+
+			"version, trimmed to fit with history_omitted, or tombstones)", missing), nil
+	case bad > 0:
+		return fmt.Errorf("%d users' restore headers do not decode, the first: %w", bad, firstBad), nil
+	}
+
+	im := a.store.NewImport()
+	defer im.Close()
+	for _, d := range dumps {
+		if err := im.Put(d); err != nil {
+			return nil, err
+		}
+	}
+	if err := im.SetCheckpoint(string(a.cfg.Topics.Commands), c.partition, c.judgedBelow); err != nil {
+		return nil, err
+	}
+	if err := im.Commit(); err != nil {
+		return nil, fmt.Errorf("unable to store the users restored from the changelog: %w", err)
+	}
+	var eps []membership.Episode
+	var geps []gate.Episode
+	for _, d := range dumps {
+		eps = d.Member.Episodes(eps[:0])
+		if len(eps) == 0 {
+			continue
+		}
+		geps = gateEpisodes(geps[:0], eps)
+		if err := a.gate.Set(d.Member.UserID, geps); err != nil {
+			return nil, fmt.Errorf("unable to gate user %d: %w", d.Member.UserID, err)
+		}
+	}
+	c.recovery.done = true
+	if err := a.rec.attachAll(view.windows, &c.recovery); err != nil {
+		return nil, err
+	}
+	c.reflected = reflected
+	info.Users, info.Records, info.Windows, info.Reflected = len(dumps), view.stats.records, view.stats.windows, len(reflected)
+	// The signals wait for applied to pass the commands' end, so it
+	// moves only now that the store and the gate hold the users.
+	c.applied.Store(c.judgedBelow)
+	if a.seek != nil {
+		a.seek(c.partition, c.judgedBelow)
+	}
+	return nil, nil
+}
+
+// cmpOr returns err unless it is nil, then next.
+func cmpOr(err, next error) error {
+	if err != nil {
+		return err
+	}
+	return next
+}
