@@ -17,15 +17,15 @@ import (
 // consumer starts reading; a partition revoked or lost is dropped. The
 // callbacks run on franz-go's goroutines.
 type ownership struct {
-	cfg    *Config
+	cfg *Config
 	// changelogID is the changelog's topic ID as found at start.
 	changelogID string
-	store  Store
-	claims *claims
-	cmds   *kgo.Client // the commands consumer
-	adm    groupAdmin
-	ev     EventListener
-	halt   func(error)
+	store       Store
+	claims      *claims
+	cmds        *kgo.Client // the commands consumer
+	adm         groupAdmin
+	ev          EventListener
+	halt        func(error)
 }
 
 // groupAdmin is what ownership asks of the cluster (a *kadm.Client).

@@ -48,6 +48,8 @@ type changelogView struct {
 	// lossy says why records may be missing from the changelog (a policy
 	// that deletes, records deleted below a partition's start), or nil.
 	lossy error
+
+	byUser map[uint64]map[uint64]membership.LateLeave // while adding
 }
 
 // recoveryTimeout bounds one attempt to read the changelog.
@@ -220,7 +222,6 @@ type changelogReader struct {
 // partition read starts above offset 0.
 func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (changelogView, error) {
 	var v changelogView
-	st := &v.stats
 	topic := cr.topic
 	parts := []int32{part}
 	if cr.changelogPartitions != cr.signalPartitions {
@@ -262,11 +263,7 @@ func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (c
 			from[p] = kgo.NewOffset().At(s.Offset)
 		}
 	}
-	byUser := make(map[uint64]map[uint64]membership.LateLeave)
-	if latest {
-		v.restore = make(map[uint64][]byte)
-	}
-	noWindows := []byte(`"late_leaves":[]`)
+	v.start(latest)
 	if len(want) > 0 {
 		cl := cr.cl
 		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
@@ -292,52 +289,77 @@ func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (c
 				if err != nil || cr.kp.of(r.Key, cr.signalPartitions) != part {
 					return
 				}
-				st.records++
-				if latest {
-					var h []byte
-					for _, hd := range r.Headers {
-						if hd.Key == topics.HeaderRestore && r.Value != nil {
-							h = bytes.Clone(hd.Value)
-						}
-					}
-					v.restore[user] = h
-				}
-				// The processor writes an empty list so: no window to
-				// decode (most records).
-				if bytes.Contains(r.Value, noWindows) {
-					return
-				}
-				rec, err := topics.DecodeMemberRecord(r.Value)
-				if err != nil {
+				if err := v.add(user, r); err != nil {
 					cr.log.Warn("changelog record that does not decode; its windows, if any, are lost",
 						"partition", r.Partition, "offset", r.Offset, "err", err)
-					return
-				}
-				for _, w := range rec.LateLeaves {
-					if w.ForwardedThroughNs < w.LeftAtNs {
-						continue // not a window the processor writes
-					}
-					if byUser[user] == nil {
-						byUser[user] = make(map[uint64]membership.LateLeave)
-					}
-					lw := membership.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ForwardedThroughNs, Exact: w.Exact}
-					if old, ok := byUser[user][w.LeftAtNs]; ok {
-						lw.ForwardedThroughNs = max(lw.ForwardedThroughNs, old.ForwardedThroughNs)
-						lw.Exact = lw.Exact && old.Exact
-					}
-					byUser[user][w.LeftAtNs] = lw
 				}
 			})
 		}
 	}
-	v.windows = make(map[uint64][]membership.LateLeave, len(byUser))
-	for user, m := range byUser {
+	v.finish()
+	return v, nil
+}
+
+// start readies v to take records; latest as in windowSource.read.
+func (v *changelogView) start(latest bool) {
+	v.byUser = make(map[uint64]map[uint64]membership.LateLeave)
+	if latest {
+		v.restore = make(map[uint64][]byte)
+	}
+}
+
+// noWindows is how the processor writes a record's empty list of windows.
+var noWindows = []byte(`"late_leaves":[]`)
+
+// add takes user's record r, the latest of the user's so far: its
+// windows, merged with the earlier records' per leave (the latest
+// forwarded_through, exact only if every record said so), and its restore
+// header. It fails on a value that does not decode, whose windows are
+// lost.
+func (v *changelogView) add(user uint64, r *kgo.Record) error {
+	v.stats.records++
+	if v.restore != nil {
+		var h []byte
+		for _, hd := range r.Headers {
+			if hd.Key == topics.HeaderRestore && r.Value != nil {
+				h = bytes.Clone(hd.Value)
+			}
+		}
+		v.restore[user] = h
+	}
+	if bytes.Contains(r.Value, noWindows) {
+		return nil // no window to decode (most records)
+	}
+	rec, err := topics.DecodeMemberRecord(r.Value)
+	if err != nil {
+		return err
+	}
+	for _, w := range rec.LateLeaves {
+		if w.ForwardedThroughNs < w.LeftAtNs {
+			continue // not a window the processor writes
+		}
+		if v.byUser[user] == nil {
+			v.byUser[user] = make(map[uint64]membership.LateLeave)
+		}
+		lw := membership.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ForwardedThroughNs, Exact: w.Exact}
+		if old, ok := v.byUser[user][w.LeftAtNs]; ok {
+			lw.ForwardedThroughNs = max(lw.ForwardedThroughNs, old.ForwardedThroughNs)
+			lw.Exact = lw.Exact && old.Exact
+		}
+		v.byUser[user][w.LeftAtNs] = lw
+	}
+	return nil
+}
+
+// finish lists the merged windows, once every record was added.
+func (v *changelogView) finish() {
+	v.windows = make(map[uint64][]membership.LateLeave, len(v.byUser))
+	for user, m := range v.byUser {
 		for _, w := range m {
 			v.windows[user] = append(v.windows[user], w)
-			st.windows++
+			v.stats.windows++
 		}
 	}
-	return v, nil
 }
 
 // cleanupPolicy returns the changelog's cleanup.policy.
