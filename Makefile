@@ -190,6 +190,22 @@ bench-scale:
 	$(GO) build -o bin/processor ./cmd/processor
 	$(GO) build -o bin/bench ./cmd/bench
 	./bin/bench scale --sizes $(SIZES) --work-dir $(SCALE_WORK) --invoked-as "make bench-scale SIZES=$(SIZES)"
+
+# The empty-owner handover of issue 16 §4 (cmd/bench/handover.go): a
+# partition of HANDOVER_COMMANDS commands (a leave and a rejoin per user),
+# then REPS rounds of a processor with an empty data dir replaying it from
+# offset 0 and one restoring it from the changelog; prints the time from
+# the assignment to the first forwarded signal and the CPU seconds, median
+# (min–max). Against KAFKA_BROKERS; not part of make bench.
+HANDOVER_COMMANDS ?= 2000000
+REPS              ?= 3
+
+.PHONY: bench-handover
+bench-handover:
+	@mkdir -p bin
+	$(GO) build -o bin/processor ./cmd/processor
+	$(GO) build -o bin/bench ./cmd/bench
+	./bin/bench handover --brokers $(KAFKA_BROKERS) --commands $(HANDOVER_COMMANDS) --reps $(REPS)
 # The soak of issue 14 (cmd/chaos --scenarios soak; its package comment,
 # "Soak", states the rule): one processor binary for DURATION under a
 # steady load of leaves, rejoins and the hostile mix, at RATE signals/s,
