@@ -143,7 +143,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 		c := a.claims.get(fp.Partition)
 		if c != nil && c.restore && !c.recovery.handedOver && a.handover != nil {
 			c.recovery.handedOver = true
-			if err := a.handover.handover(ctx, c); err != nil {
+			if err := a.handover.handover(ctx, c, fp.HighWatermark); err != nil {
 				return err
 			}
 		}

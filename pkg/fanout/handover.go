@@ -56,6 +56,8 @@ import (
 //     no partition read starts above offset 0 (DeleteRecords);
 //   - it is read read_committed to its last stable offset, so every record
 //     that committed with the metadata is read;
+//   - the commands partition reaches the judged offset (it was not
+//     created again since);
 //   - every user's latest record has a restore header that decodes: a
 //     tombstone, a record written by an older version, or one trimmed to
 //     fit the topic (history_omitted) has none.
@@ -107,12 +109,13 @@ type restorer struct {
 }
 
 // handover restores claim c from the changelog if it can, and otherwise
-// leaves it to replay its commands from offset 0. Only a store failure is
-// an error.
-func (a *restorer) handover(ctx context.Context, c *claim) error {
+// leaves it to replay its commands from offset 0. end is the commands
+// partition's high watermark as its first fetch saw it. Only a store
+// failure is an error.
+func (a *restorer) handover(ctx context.Context, c *claim, end int64) error {
 	start := time.Now()
 	info := HandoverInfo{Partition: c.partition, Source: "changelog", From: c.judgedBelow}
-	why, err := a.restore(ctx, c, &info)
+	why, err := a.restore(ctx, c, end, &info)
 	if err != nil {
 		return err
 	}
@@ -130,8 +133,12 @@ func (a *restorer) handover(ctx context.Context, c *claim) error {
 
 // restore restores claim c from the changelog, returning why not when it
 // did not (and changed nothing then).
-func (a *restorer) restore(ctx context.Context, c *claim, info *HandoverInfo) (why, err error) {
+func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *HandoverInfo) (why, err error) {
 	switch {
+	case end < c.judgedBelow:
+		// The commands topic was deleted and created again, or lost
+		// records: the changelog reflects commands it no longer has.
+		return fmt.Errorf("the commands partition ends at offset %d, below the judged offset %d", end, c.judgedBelow), nil
 	case a.cfg.HandoverReplay:
 		return errors.New("configured to replay (HandoverReplay)"), nil
 	case a.rec.skip:

@@ -94,14 +94,15 @@ func (r *handoverRun) claim(judged int64) *claim {
 	return c
 }
 
-// apply feeds recs in fetches of at most 7 records and returns the
-// changelog records the owner wrote.
-func (r *handoverRun) apply(t *testing.T, recs []*kgo.Record) []*kgo.Record {
+// apply feeds recs in fetches of at most 7 records, each seeing the high
+// watermark end, and returns the changelog records the owner wrote.
+func (r *handoverRun) apply(t *testing.T, recs []*kgo.Record, end int64) []*kgo.Record {
 	t.Helper()
 	var out []*kgo.Record
 	for len(recs) > 0 {
 		n := min(7, len(recs))
-		fp := kgo.FetchTopicPartition{Topic: "membership.commands", FetchPartition: kgo.FetchPartition{Partition: 0, Records: recs[:n]}}
+		fp := kgo.FetchTopicPartition{Topic: "membership.commands",
+			FetchPartition: kgo.FetchPartition{Partition: 0, Records: recs[:n], HighWatermark: end}}
 		if err := r.a.applyFetched(context.Background(), []kgo.FetchTopicPartition{fp}); err != nil {
 			t.Fatal(err)
 		}
@@ -203,14 +204,14 @@ func TestHandoverEqualsReplay(t *testing.T) {
 
 	first := newHandoverRun(t, &fakeChangelog{}, nil)
 	first.claim(0)
-	changelog := &fakeChangelog{recs: first.apply(t, recs[:beyond])}
+	changelog := &fakeChangelog{recs: first.apply(t, recs[:beyond], int64(beyond))}
 	if len(changelog.recs) == 0 {
 		t.Fatal("the first owner wrote no changelog record")
 	}
 
 	replay := newHandoverRun(t, changelog, func(c *Config) { c.HandoverReplay = true })
 	replay.claim(int64(tail))
-	replay.apply(t, recs)
+	replay.apply(t, recs, int64(len(recs)))
 	want := replay.exported(t)
 	if len(replay.handovers) != 1 || replay.handovers[0].Source != "replay" {
 		t.Fatalf("replay: handovers %+v, want one replay", replay.handovers)
@@ -218,7 +219,7 @@ func TestHandoverEqualsReplay(t *testing.T) {
 
 	restored := newHandoverRun(t, changelog, nil)
 	restored.claim(int64(tail))
-	restored.apply(t, recs)
+	restored.apply(t, recs, int64(len(recs)))
 	if len(restored.handovers) != 1 || restored.handovers[0].Source != "changelog" {
 		t.Fatalf("restore: handovers %+v, want one from the changelog", restored.handovers)
 	}
@@ -234,7 +235,7 @@ func TestHandoverEqualsReplay(t *testing.T) {
 	// delivered again closes an episode.
 	control := newHandoverRun(t, changelog, func(c *Config) { c.UnsafeRestoreWithoutIdentities = true })
 	control.claim(int64(tail))
-	control.apply(t, recs)
+	control.apply(t, recs, int64(len(recs)))
 	for _, u := range []uint64{1, 2} {
 		m, err := control.store.Member(u)
 		if err != nil {
@@ -259,6 +260,8 @@ func TestHandoverEqualsReplay(t *testing.T) {
 		"no header":      {noHeader, "cl", "carry no restore header"},
 		"changelog id":   {changelog, noChangelogID, "does not name the changelog"},
 		"corrupt header": {&fakeChangelog{recs: corruptHeader(changelog.recs, 3)}, "cl", "do not decode"},
+		// The first fetch sees a high watermark below the judged offset.
+		"commands recreated": {changelog, "cl", "below the judged offset"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			run := newHandoverRun(t, tc.src, nil)
@@ -270,7 +273,11 @@ func TestHandoverEqualsReplay(t *testing.T) {
 				run.a.recover.src = changelog
 				run.a.handover.rec = &recoverer{src: tc.src, store: run.store, ev: run.a.ev, log: run.a.cfg.Logger}
 			}
-			run.apply(t, recs)
+			end := int64(len(recs))
+			if name == "commands recreated" {
+				end = int64(tail - 1)
+			}
+			run.apply(t, recs, end)
 			if len(run.handovers) != 1 || run.handovers[0].Source != "replay" ||
 				!strings.Contains(fmt.Sprint(run.handovers[0].Reason), tc.want) {
 				t.Fatalf("handovers %+v, want a replay because %q", run.handovers, tc.want)
