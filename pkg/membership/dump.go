@@ -2,11 +2,18 @@ package membership
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"slices"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // A dump is every record the store keeps of one user, in one value: its
@@ -124,7 +131,9 @@ type Dump struct {
 	// Identities is how many command identities the dump holds.
 	Identities int
 
-	records [][2][]byte // full keys and values, in key order
+	raw     []byte // the dump, a copy
+	records int    // users-space records in raw
+	ids     int    // where the identities start in raw
 }
 
 // WithoutIdentities returns d without its command identities, so that an
@@ -132,10 +141,41 @@ type Dump struct {
 // control run that shows what that breaks (rule C5); never use it
 // otherwise.
 func (d Dump) WithoutIdentities() Dump {
-	out := d
-	out.records = slices.DeleteFunc(slices.Clone(d.records), func(r [2][]byte) bool { return r[0][0] == spaceIdentities })
-	out.Identities = 0
-	return out
+	d.Identities = 0
+	return d
+}
+
+// each calls fn with the full key and the value of every record of d:
+// those of the users space, or of the identities space. key is only valid
+// during the call. d was checked by DecodeDump.
+func (d *Dump) each(space byte, fn func(key, value []byte) error) error {
+	var buf [64]byte
+	key := append(buf[:0], space)
+	key = binary.BigEndian.AppendUint64(key, d.Member.UserID)
+	if space == spaceIdentities {
+		for i := range d.Identities {
+			at := d.ids + i*identityDigestLen
+			if err := fn(append(key, d.raw[at:at+identityDigestLen]...), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rest := d.raw[1+8:]
+	_, k := binary.Uvarint(rest)
+	rest = rest[k:]
+	for range d.records {
+		l, k := binary.Uvarint(rest)
+		suffix := rest[k : k+int(l)]
+		rest = rest[k+int(l):]
+		l, k = binary.Uvarint(rest)
+		value := rest[k : k+int(l)]
+		rest = rest[k+int(l):]
+		if err := fn(append(key, suffix...), value); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DecodeDump decodes and checks a dump made by Batch.AppendDump. A dump
@@ -150,6 +190,7 @@ func DecodeDump(b []byte) (Dump, error) {
 	if b[0] != dumpVersion {
 		return Dump{}, corruptf(name, "dump version %d, want %d", b[0], dumpVersion)
 	}
+	b = bytes.Clone(b)
 	user := binary.BigEndian.Uint64(b[1:9])
 	rest := b[9:]
 	next := func(what string) ([]byte, error) {
@@ -173,22 +214,21 @@ func DecodeDump(b []byte) (Dump, error) {
 	if err != nil {
 		return Dump{}, err
 	}
-	d := Dump{Member: Member{CommunityMembership: CommunityMembership{UserID: user}}}
+	d := Dump{Member: Member{CommunityMembership: CommunityMembership{UserID: user}}, raw: b, records: n}
 	var a assembler
 	a.emit = func(m *Member) error {
-		d.Member = Member{
-			CommunityMembership: m.CommunityMembership,
-			History:             append([]Episode(nil), m.History...),
-			LateLeaves:          append([]LateLeave(nil), m.LateLeaves...),
-			Note:                append([]byte(nil), m.Note...),
+		d.Member.CommunityMembership = m.CommunityMembership
+		if len(m.History) > 0 {
+			d.Member.History = slices.Clone(m.History)
 		}
-		if len(m.Note) == 0 {
-			d.Member.Note = nil
+		if len(m.LateLeaves) > 0 {
+			d.Member.LateLeaves = slices.Clone(m.LateLeaves)
 		}
 		return nil
 	}
+	var bufs [2][64]byte
 	var prev []byte
-	for range n {
+	for i := range n {
 		k, err := next("key")
 		if err != nil {
 			return Dump{}, err
@@ -197,21 +237,26 @@ func DecodeDump(b []byte) (Dump, error) {
 		if err != nil {
 			return Dump{}, err
 		}
-		key := appendUserKey(nil, user, 0)[:1+8]
+		key := appendUserKey(bufs[i%2][:0], user, 0)[:1+8]
 		key = append(key, k...)
 		if prev != nil && bytes.Compare(key, prev) <= 0 {
 			return Dump{}, corruptf(key, "dump of user %d: record out of key order", user)
 		}
-		if uid, _, _, err := decodeUserKey(key); err != nil {
+		kind := recordKind(0)
+		if uid, kd, _, err := decodeUserKey(key); err != nil {
 			return Dump{}, err
 		} else if uid != user {
 			return Dump{}, corruptf(key, "dump of user %d holds a record of user %d", user, uid)
+		} else {
+			kind = kd
 		}
 		if err := a.add(key, v); err != nil {
 			return Dump{}, err
 		}
+		if kind == kindNote {
+			d.Member.Note = v // in the dump's own copy
+		}
 		prev = key
-		d.records = append(d.records, [2][]byte{key, append([]byte(nil), v...)})
 	}
 	if err := a.finish(); err != nil {
 		return Dump{}, err
@@ -223,50 +268,48 @@ func DecodeDump(b []byte) (Dump, error) {
 	if m*identityDigestLen != len(rest) {
 		return Dump{}, corruptf(name, "dump of user %d: %d identities in %d bytes, want %d", user, m, len(rest), m*identityDigestLen)
 	}
-	for i := range m {
-		key := append([]byte{spaceIdentities}, binary.BigEndian.AppendUint64(nil, user)...)
-		key = append(key, rest[i*identityDigestLen:(i+1)*identityDigestLen]...)
-		if prev != nil && prev[0] == spaceIdentities && bytes.Compare(key, prev) <= 0 {
-			return Dump{}, corruptf(key, "dump of user %d: identities out of order", user)
+	for i := 1; i < m; i++ {
+		if bytes.Compare(rest[(i-1)*identityDigestLen:i*identityDigestLen], rest[i*identityDigestLen:(i+1)*identityDigestLen]) >= 0 {
+			return Dump{}, corruptf(name, "dump of user %d: identities out of order", user)
 		}
-		prev = key
-		d.records = append(d.records, [2][]byte{key, nil})
 	}
 	d.Identities = m
+	d.ids = len(b) - len(rest)
 	return d, nil
 }
 
 // Import writes dumps into the store without reading it, with
-// checkpoints, in one Pebble batch: all or nothing. It is how the
-// processor rebuilds a partition's users on an empty owner.
+// checkpoints, all or nothing. It is how the processor rebuilds a
+// partition's users on an empty owner.
+//
+// Commit writes the records into one sorted table file and ingests it
+// (Pebble's Ingest, as CockroachDB applies a replica snapshot): no
+// write-ahead log, no sort of a million-key batch, and the file is in the
+// store whole or not at all.
 //
 // Like a Bulk it trusts the caller for what it cannot see without
 // reading: the store holds no records of the users it is given, each user
 // comes once, and no Batch is open on them. Each dump was checked by
 // DecodeDump. An Import belongs to one goroutine.
 type Import struct {
-	s    *Store
-	pb   *pebble.Batch
-	n    int
-	done bool
+	s           *Store
+	dumps       []Dump
+	checkpoints [][2][]byte
+	done        bool
 }
 
 // NewImport returns an empty Import.
 func (s *Store) NewImport() *Import {
-	return &Import{s: s, pb: s.db.NewBatch()}
+	return &Import{s: s}
 }
 
-// Put stages the records of d, byte for byte as the dump holds them.
+// Put stages the records of d, byte for byte as the dump holds them. d is
+// kept until Commit.
 func (im *Import) Put(d Dump) error {
 	if im.done {
 		return ErrBatchDone
 	}
-	for _, r := range d.records {
-		if err := im.pb.Set(r[0], r[1], nil); err != nil {
-			return fmt.Errorf("membership: import user %d: %w", d.Member.UserID, err)
-		}
-	}
-	im.n++
+	im.dumps = append(im.dumps, d)
 	return nil
 }
 
@@ -281,33 +324,31 @@ func (im *Import) SetCheckpoint(topic string, partition int32, next int64) error
 	if next < 0 {
 		return errInvalidf("checkpoint %s/%d: offset %d is negative", topic, partition, next)
 	}
-	key := appendCheckpointKey(nil, topic, partition)
 	v := encodeCheckpoint(next)
-	if err := im.pb.Set(key, v[:], nil); err != nil {
-		return fmt.Errorf("membership: set checkpoint %s/%d: %w", topic, partition, err)
-	}
+	im.checkpoints = append(im.checkpoints, [2][]byte{appendCheckpointKey(nil, topic, partition), v[:]})
 	return nil
 }
 
 // Len returns the dumps staged.
-func (im *Import) Len() int { return im.n }
+func (im *Import) Len() int { return len(im.dumps) }
 
-// Commit writes what was staged, all or nothing, synced unless
-// Options.NoSync. The Import is done afterwards, whatever the result.
+// Commit writes what was staged, all or nothing, and durably. The Import
+// is done afterwards, whatever the result.
 func (im *Import) Commit() (err error) {
 	if im.done {
 		return ErrBatchDone
 	}
-	op := fmt.Sprintf("commit import of %d users", im.n)
+	im.done = true
+	op := fmt.Sprintf("commit import of %d users", len(im.dumps))
 	if err := im.s.usable(op); err != nil {
-		_ = im.Close()
 		return err
 	}
-	im.done = true
-	defer func() { _ = im.pb.Close() }()
+	if len(im.dumps) == 0 && len(im.checkpoints) == 0 {
+		return nil
+	}
 	err = func() (err error) {
 		defer im.s.guardBare(&err)
-		return im.pb.Commit(im.s.writeOpt)
+		return im.ingest()
 	}()
 	if err != nil {
 		return im.s.storageErr(op, err)
@@ -315,12 +356,70 @@ func (im *Import) Commit() (err error) {
 	return nil
 }
 
+// ingestSeq numbers the table files of imports, so that two never share
+// a name.
+var ingestSeq atomic.Uint64
+
+// ingest writes the staged records, in key order, into a table file in
+// the store's directory and ingests it. Within a dump the records are in
+// key order already; the users are sorted, and the spaces written in
+// order: users, checkpoints, identities.
+func (im *Import) ingest() error {
+	order := make([]int32, len(im.dumps))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		return cmp.Compare(im.dumps[a].Member.UserID, im.dumps[b].Member.UserID)
+	})
+	for i := 1; i < len(order); i++ {
+		if u := im.dumps[order[i]].Member.UserID; u == im.dumps[order[i-1]].Member.UserID {
+			return errInvalidf("import: user %d twice", u)
+		}
+	}
+	slices.SortFunc(im.checkpoints, func(a, b [2][]byte) int { return bytes.Compare(a[0], b[0]) })
+	fs := im.s.opts.FS
+	path := fs.PathJoin(im.s.dir, fmt.Sprintf("import-%d-%d.sst", os.Getpid(), ingestSeq.Add(1)))
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = fs.Remove(path) }() // Ingest links it; the link stays
+	po := &pebble.Options{}
+	po.EnsureDefaults()
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), po.MakeWriterOptions(0, im.s.db.TableFormat()))
+	write := func() error {
+		for _, i := range order {
+			if err := im.dumps[i].each(spaceUsers, w.Set); err != nil {
+				return err
+			}
+		}
+		for _, c := range im.checkpoints {
+			if err := w.Set(c[0], c[1]); err != nil {
+				return err
+			}
+		}
+		for _, i := range order {
+			if err := im.dumps[i].each(spaceIdentities, w.Set); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := write(); err != nil {
+		_ = w.Close()
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return im.s.db.Ingest(context.Background(), []string{path})
+}
+
 // Close discards what was not committed. It is safe after Commit.
 func (im *Import) Close() error {
-	if !im.done {
-		im.done = true
-		_ = im.pb.Close()
-	}
+	im.done = true
+	im.dumps, im.checkpoints = nil, nil
 	return nil
 }
 

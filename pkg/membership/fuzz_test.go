@@ -560,8 +560,18 @@ func FuzzDecodeDump(f *testing.F) {
 			}
 			return
 		}
-		if d.Identities < 0 || len(d.records) < d.Identities {
-			t.Fatalf("dump of %d identities has %d records", d.Identities, len(d.records))
+		n := 0
+		count := func(k, _ []byte) error {
+			if binary.BigEndian.Uint64(k[1:9]) != d.Member.UserID {
+				t.Fatalf("record of user %d in the dump of user %d", binary.BigEndian.Uint64(k[1:9]), d.Member.UserID)
+			}
+			n++
+			return nil
+		}
+		_ = d.each(spaceUsers, count)
+		_ = d.each(spaceIdentities, count)
+		if n != d.records+d.Identities {
+			t.Fatalf("dump of %d records and %d identities yields %d", d.records, d.Identities, n)
 		}
 	})
 }
