@@ -95,7 +95,8 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 				c.changelogID = noChangelogID
 			}
 		}
-		c.restore = !hasCheckpoint && c.judgedBelow > 0
+		// UnsafeSkipCommands's control must forget the leaves: no restore.
+		c.restore = !hasCheckpoint && c.judgedBelow > 0 && !o.cfg.UnsafeSkipCommands
 		o.claims.put(c)
 		start[part] = kgo.NoResetOffset().At(next)
 	}

@@ -64,7 +64,9 @@ import (
 //
 // Until the restore is done the partition's applied offset stays at 0, so
 // its signals wait (fail closed); the state is imported, with the
-// commands checkpoint at J, in one store batch before the gate learns it.
+// commands checkpoint at J, all or nothing (one ingested table file,
+// membership.Import), before the gate learns it. The applier, which does
+// it, applies no other partition's commands meanwhile.
 
 // restoreHeaderVersion is the first byte of a restore header, followed by
 // the commands offset the record follows (u64 BE) and the user's dump.
