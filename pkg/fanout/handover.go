@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
@@ -161,49 +162,55 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		return view.lossy, nil
 	}
 
-	dumps := make([]membership.Dump, 0, len(view.restore))
-	reflected := make(map[uint64]int64)
-	var missing, bad int
-	var firstBad error
+	users := make([]uint64, 0, len(view.restore))
+	missing := 0
 	for user, h := range view.restore {
 		if h == nil {
 			missing++
 			continue
 		}
-		offset, raw, err := parseRestoreHeader(h)
+		users = append(users, user)
+	}
+	if missing > 0 {
+		return fmt.Errorf("%d users' latest changelog records carry no restore header (written by an older "+
+			"version, trimmed to fit with history_omitted, or tombstones)", missing), nil
+	}
+	// In user order: the import writes sorted table files as it goes.
+	slices.Sort(users)
+	im := a.store.NewImport()
+	defer im.Close()
+	reflected := make(map[uint64]int64)
+	var (
+		gated []uint64 // users with episodes, and their episodes in eps
+		ends  []int
+		geps  []gate.Episode
+		meps  []membership.Episode
+	)
+	for _, user := range users {
+		offset, raw, err := parseRestoreHeader(view.restore[user])
 		var d membership.Dump
 		if err == nil {
 			d, err = membership.DecodeDump(raw)
 		}
 		if err == nil && d.Member.UserID != user {
-			err = fmt.Errorf("restore header of another user under a record's key")
+			err = errors.New("restore header of another user under a record's key")
 		}
 		if err != nil {
-			bad++
-			firstBad = cmpOr(firstBad, err)
-			continue
+			return fmt.Errorf("a user's restore header does not decode: %w", err), nil
 		}
 		if a.cfg.UnsafeRestoreWithoutIdentities {
 			d = d.WithoutIdentities()
 		}
-		dumps = append(dumps, d)
+		if err := im.Put(d); err != nil {
+			return nil, err
+		}
 		if offset >= c.judgedBelow {
 			reflected[user] = offset
 		}
-	}
-	switch {
-	case missing > 0:
-		return fmt.Errorf("%d users' latest changelog records carry no restore header (written by an older "+
-			"version, trimmed to fit with history_omitted, or tombstones)", missing), nil
-	case bad > 0:
-		return fmt.Errorf("%d users' restore headers do not decode, the first: %w", bad, firstBad), nil
-	}
-
-	im := a.store.NewImport()
-	defer im.Close()
-	for _, d := range dumps {
-		if err := im.Put(d); err != nil {
-			return nil, err
+		if meps = d.Member.Episodes(meps[:0]); len(meps) > 0 {
+			gated = append(gated, user)
+			geps = gateEpisodes(geps, meps)
+			ends = append(ends, len(geps))
 		}
 	}
 	if err := im.SetCheckpoint(string(a.cfg.Topics.Commands), c.partition, c.judgedBelow); err != nil {
@@ -212,24 +219,19 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 	if err := im.Commit(); err != nil {
 		return nil, fmt.Errorf("unable to store the users restored from the changelog: %w", err)
 	}
-	var eps []membership.Episode
-	var geps []gate.Episode
-	for _, d := range dumps {
-		eps = d.Member.Episodes(eps[:0])
-		if len(eps) == 0 {
-			continue
+	from := 0
+	for i, user := range gated {
+		if err := a.gate.Set(user, geps[from:ends[i]]); err != nil {
+			return nil, fmt.Errorf("unable to gate user %d: %w", user, err)
 		}
-		geps = gateEpisodes(geps[:0], eps)
-		if err := a.gate.Set(d.Member.UserID, geps); err != nil {
-			return nil, fmt.Errorf("unable to gate user %d: %w", d.Member.UserID, err)
-		}
+		from = ends[i]
 	}
 	c.recovery.done = true
 	if err := a.rec.attachAll(view.windows, &c.recovery); err != nil {
 		return nil, err
 	}
 	c.reflected = reflected
-	info.Users, info.Records, info.Windows, info.Reflected = len(dumps), view.stats.records, view.stats.windows, len(reflected)
+	info.Users, info.Records, info.Windows, info.Reflected = len(users), view.stats.records, view.stats.windows, len(reflected)
 	// The signals wait for applied to pass the commands' end, so it
 	// moves only now that the store and the gate hold the users.
 	c.applied.Store(c.judgedBelow)
@@ -237,12 +239,4 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		a.seek(c.partition, c.judgedBelow)
 	}
 	return nil, nil
-}
-
-// cmpOr returns err unless it is nil, then next.
-func cmpOr(err, next error) error {
-	if err != nil {
-		return err
-	}
-	return next
 }

@@ -259,7 +259,7 @@ func TestHandoverEqualsReplay(t *testing.T) {
 		"unreadable":     {&fakeChangelog{recs: changelog.recs, err: errors.New("broker gone")}, "cl", "broker gone"},
 		"no header":      {noHeader, "cl", "carry no restore header"},
 		"changelog id":   {changelog, noChangelogID, "does not name the changelog"},
-		"corrupt header": {&fakeChangelog{recs: corruptHeader(changelog.recs, 3)}, "cl", "do not decode"},
+		"corrupt header": {&fakeChangelog{recs: corruptHeader(changelog.recs, 3)}, "cl", "does not decode"},
 		// The first fetch sees a high watermark below the judged offset.
 		"commands recreated": {changelog, "cl", "below the judged offset"},
 	} {

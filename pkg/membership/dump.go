@@ -2,7 +2,6 @@ package membership
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -282,20 +281,27 @@ func DecodeDump(b []byte) (Dump, error) {
 // checkpoints, all or nothing. It is how the processor rebuilds a
 // partition's users on an empty owner.
 //
-// Commit writes the records into one sorted table file and ingests it
-// (Pebble's Ingest, as CockroachDB applies a replica snapshot): no
-// write-ahead log, no sort of a million-key batch, and the file is in the
-// store whole or not at all.
+// Put writes each dump at once into sorted table files, one for the users
+// key space (the checkpoints follow it) and one for the identities, and
+// Commit ingests both (Pebble's Ingest, as CockroachDB applies a replica
+// snapshot): no write-ahead log, no sort of a batch of millions of keys,
+// nothing held in memory, and the files are in the store whole or not at
+// all.
 //
 // Like a Bulk it trusts the caller for what it cannot see without
-// reading: the store holds no records of the users it is given, each user
-// comes once, and no Batch is open on them. Each dump was checked by
-// DecodeDump. An Import belongs to one goroutine.
+// reading: the store holds no records of the users it is given, and no
+// Batch is open on them. It checks that users come in ascending order,
+// each once. Each dump was checked by DecodeDump. An Import belongs to one
+// goroutine.
 type Import struct {
 	s           *Store
-	dumps       []Dump
+	w           [2]*sstable.Writer // users space, identities space
+	paths       [2]string
+	n           int
+	last        uint64
 	checkpoints [][2][]byte
 	done        bool
+	err         error // the first error of a Put, which Commit returns
 }
 
 // NewImport returns an empty Import.
@@ -303,13 +309,52 @@ func (s *Store) NewImport() *Import {
 	return &Import{s: s}
 }
 
-// Put stages the records of d, byte for byte as the dump holds them. d is
-// kept until Commit.
+// Put writes the records of d, byte for byte as the dump holds them. Its
+// user must be above the previous Put's.
 func (im *Import) Put(d Dump) error {
 	if im.done {
 		return ErrBatchDone
 	}
-	im.dumps = append(im.dumps, d)
+	if im.err != nil {
+		return im.err
+	}
+	if im.n > 0 && d.Member.UserID <= im.last {
+		return errInvalidf("import: user %d after user %d", d.Member.UserID, im.last)
+	}
+	if im.w[0] == nil {
+		if err := im.create(); err != nil {
+			im.err = im.s.storageErr("import", err)
+			return im.err
+		}
+	}
+	err := d.each(spaceUsers, im.w[0].Set)
+	if err == nil {
+		err = d.each(spaceIdentities, im.w[1].Set)
+	}
+	if err != nil {
+		im.err = im.s.storageErr(fmt.Sprintf("import user %d", d.Member.UserID), err)
+		return im.err
+	}
+	im.last = d.Member.UserID
+	im.n++
+	return nil
+}
+
+// create makes the two table files.
+func (im *Import) create() error {
+	fs := im.s.opts.FS
+	po := &pebble.Options{}
+	po.EnsureDefaults()
+	wo := po.MakeWriterOptions(0, im.s.db.TableFormat())
+	for i := range im.w {
+		path := fs.PathJoin(im.s.dir, fmt.Sprintf("import-%d-%d.sst", os.Getpid(), ingestSeq.Add(1)))
+		f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			return err
+		}
+		im.paths[i] = path
+		im.w[i] = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+	}
 	return nil
 }
 
@@ -329,26 +374,52 @@ func (im *Import) SetCheckpoint(topic string, partition int32, next int64) error
 	return nil
 }
 
-// Len returns the dumps staged.
-func (im *Import) Len() int { return len(im.dumps) }
+// Len returns the dumps written.
+func (im *Import) Len() int { return im.n }
 
-// Commit writes what was staged, all or nothing, and durably. The Import
-// is done afterwards, whatever the result.
+// Commit makes what was written part of the store, all or nothing, and
+// durably. The Import is done afterwards, whatever the result.
 func (im *Import) Commit() (err error) {
 	if im.done {
 		return ErrBatchDone
 	}
-	im.done = true
-	op := fmt.Sprintf("commit import of %d users", len(im.dumps))
+	defer im.Close()
+	if im.err != nil {
+		return im.err
+	}
+	op := fmt.Sprintf("commit import of %d users", im.n)
 	if err := im.s.usable(op); err != nil {
 		return err
 	}
-	if len(im.dumps) == 0 && len(im.checkpoints) == 0 {
-		return nil
-	}
 	err = func() (err error) {
 		defer im.s.guardBare(&err)
-		return im.ingest()
+		if im.w[0] == nil {
+			if err := im.create(); err != nil {
+				return err
+			}
+		}
+		slices.SortFunc(im.checkpoints, func(a, b [2][]byte) int { return bytes.Compare(a[0], b[0]) })
+		for _, c := range im.checkpoints {
+			if err := im.w[0].Set(c[0], c[1]); err != nil {
+				return err
+			}
+		}
+		paths := make([]string, 0, 2)
+		for i, w := range im.w {
+			im.w[i] = nil
+			if err := w.Close(); err != nil {
+				return err
+			}
+			if md, err := w.Metadata(); err != nil {
+				return err
+			} else if md.Properties.NumEntries > 0 {
+				paths = append(paths, im.paths[i])
+			}
+		}
+		if len(paths) == 0 {
+			return nil
+		}
+		return im.s.db.Ingest(context.Background(), paths)
 	}()
 	if err != nil {
 		return im.s.storageErr(op, err)
@@ -360,66 +431,22 @@ func (im *Import) Commit() (err error) {
 // a name.
 var ingestSeq atomic.Uint64
 
-// ingest writes the staged records, in key order, into a table file in
-// the store's directory and ingests it. Within a dump the records are in
-// key order already; the users are sorted, and the spaces written in
-// order: users, checkpoints, identities.
-func (im *Import) ingest() error {
-	order := make([]int32, len(im.dumps))
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int {
-		return cmp.Compare(im.dumps[a].Member.UserID, im.dumps[b].Member.UserID)
-	})
-	for i := 1; i < len(order); i++ {
-		if u := im.dumps[order[i]].Member.UserID; u == im.dumps[order[i-1]].Member.UserID {
-			return errInvalidf("import: user %d twice", u)
-		}
-	}
-	slices.SortFunc(im.checkpoints, func(a, b [2][]byte) int { return bytes.Compare(a[0], b[0]) })
-	fs := im.s.opts.FS
-	path := fs.PathJoin(im.s.dir, fmt.Sprintf("import-%d-%d.sst", os.Getpid(), ingestSeq.Add(1)))
-	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = fs.Remove(path) }() // Ingest links it; the link stays
-	po := &pebble.Options{}
-	po.EnsureDefaults()
-	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), po.MakeWriterOptions(0, im.s.db.TableFormat()))
-	write := func() error {
-		for _, i := range order {
-			if err := im.dumps[i].each(spaceUsers, w.Set); err != nil {
-				return err
-			}
-		}
-		for _, c := range im.checkpoints {
-			if err := w.Set(c[0], c[1]); err != nil {
-				return err
-			}
-		}
-		for _, i := range order {
-			if err := im.dumps[i].each(spaceIdentities, w.Set); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := write(); err != nil {
-		_ = w.Close()
-		return err
-	}
-	if err := w.Close(); err != nil {
-		return err
-	}
-	return im.s.db.Ingest(context.Background(), []string{path})
-}
-
-// Close discards what was not committed. It is safe after Commit.
+// Close discards what was not committed, and the table files. It is safe
+// after Commit.
 func (im *Import) Close() error {
 	im.done = true
-	im.dumps, im.checkpoints = nil, nil
+	for i, w := range im.w {
+		if w != nil {
+			_ = w.Close()
+			im.w[i] = nil
+		}
+	}
+	for i, p := range im.paths {
+		if p != "" {
+			_ = im.s.opts.FS.Remove(p) // Ingest linked it; the link stays
+			im.paths[i] = ""
+		}
+	}
 	return nil
 }
 
