@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
@@ -65,9 +66,40 @@ import (
 //
 // Until the restore is done the partition's applied offset stays at 0, so
 // its signals wait (fail closed); the state is imported, with the
-// commands checkpoint at J, all or nothing (one ingested table file,
-// membership.Import), before the gate learns it. The applier, which does
+// commands checkpoint at J, all or nothing (table files ingested
+// together, membership.Import), before the gate learns it. The applier, which does
 // it, applies no other partition's commands meanwhile.
+
+// decodedChunk is a chunk of users' dumps decoded from their restore
+// headers, with the commands offsets the records follow, or the error of
+// the first that did not decode.
+type decodedChunk struct {
+	dumps   []membership.Dump
+	offsets []int64
+	err     error
+}
+
+// decodeChunk decodes the restore headers of users.
+func decodeChunk(headers map[uint64][]byte, users []uint64) decodedChunk {
+	ch := decodedChunk{dumps: make([]membership.Dump, 0, len(users)), offsets: make([]int64, 0, len(users))}
+	for _, user := range users {
+		offset, raw, err := parseRestoreHeader(headers[user])
+		var d membership.Dump
+		if err == nil {
+			d, err = membership.DecodeDump(raw)
+		}
+		if err == nil && d.Member.UserID != user {
+			err = errors.New("restore header of another user under a record's key")
+		}
+		if err != nil {
+			ch.err = err
+			return ch
+		}
+		ch.dumps = append(ch.dumps, d)
+		ch.offsets = append(ch.offsets, offset)
+	}
+	return ch
+}
 
 // restoreHeaderVersion is the first byte of a restore header, followed by
 // the commands offset the record follows (u64 BE) and the user's dump.
@@ -186,31 +218,49 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		geps  []gate.Episode
 		meps  []membership.Episode
 	)
-	for _, user := range users {
-		offset, raw, err := parseRestoreHeader(view.restore[user])
-		var d membership.Dump
-		if err == nil {
-			d, err = membership.DecodeDump(raw)
+	// Decoding and writing each take about half the time: a goroutine
+	// decodes chunks of users while this one writes them, joined before
+	// restore returns.
+	chunks := make(chan decodedChunk, 2)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(chunks)
+		for from := 0; from < len(users); from += restoreChunk {
+			ch := decodeChunk(view.restore, users[from:min(from+restoreChunk, len(users))])
+			select {
+			case chunks <- ch:
+			case <-stop:
+				return
+			}
+			if ch.err != nil {
+				return
+			}
 		}
-		if err == nil && d.Member.UserID != user {
-			err = errors.New("restore header of another user under a record's key")
+	}()
+	defer wg.Wait()
+	defer close(stop)
+	for ch := range chunks {
+		if ch.err != nil {
+			return fmt.Errorf("a user's restore header does not decode: %w", ch.err), nil
 		}
-		if err != nil {
-			return fmt.Errorf("a user's restore header does not decode: %w", err), nil
-		}
-		if a.cfg.UnsafeRestoreWithoutIdentities {
-			d = d.WithoutIdentities()
-		}
-		if err := im.Put(d); err != nil {
-			return nil, err
-		}
-		if offset >= c.judgedBelow {
-			reflected[user] = offset
-		}
-		if meps = d.Member.Episodes(meps[:0]); len(meps) > 0 {
-			gated = append(gated, user)
-			geps = gateEpisodes(geps, meps)
-			ends = append(ends, len(geps))
+		for i, d := range ch.dumps {
+			if a.cfg.UnsafeRestoreWithoutIdentities {
+				d = d.WithoutIdentities()
+			}
+			if err := im.Put(d); err != nil {
+				return nil, err
+			}
+			if offset := ch.offsets[i]; offset >= c.judgedBelow {
+				reflected[d.Member.UserID] = offset
+			}
+			if meps = d.Member.Episodes(meps[:0]); len(meps) > 0 {
+				gated = append(gated, d.Member.UserID)
+				geps = gateEpisodes(geps, meps)
+				ends = append(ends, len(geps))
+			}
 		}
 	}
 	if err := im.SetCheckpoint(string(a.cfg.Topics.Commands), c.partition, c.judgedBelow); err != nil {
