@@ -191,6 +191,23 @@ bench-scale:
 	$(GO) build -o bin/processor ./cmd/processor
 	$(GO) build -o bin/bench ./cmd/bench
 	./bin/bench scale --sizes $(SIZES) --runs $(RUNS) --work-dir $(SCALE_WORK) --invoked-as "make bench-scale SIZES=$(SIZES) RUNS=$(RUNS)"
+
+# The empty-owner handover of issue 16 §4 (cmd/bench/handover.go): a
+# partition of HANDOVER_COMMANDS commands (a leave and a rejoin per user),
+# then rounds of a processor with an empty data dir replaying it from
+# offset 0 and one restoring it from the changelog (RUNS, as for
+# bench-scale); prints the time from
+# the assignment to the first forwarded signal and the CPU seconds, median
+# (min–max). Against KAFKA_BROKERS; not part of make bench.
+HANDOVER_COMMANDS ?= 2000000
+
+.PHONY: bench-handover
+bench-handover:
+	@mkdir -p bin
+	$(GO) build -o bin/processor ./cmd/processor
+	$(GO) build -o bin/bench ./cmd/bench
+	./bin/bench handover --brokers $(KAFKA_BROKERS) --commands $(HANDOVER_COMMANDS) --reps $(RUNS)
+
 # The soak of issue 14 (cmd/chaos --scenarios soak; its package comment,
 # "Soak", states the rule): one processor binary for DURATION under a
 # steady load of leaves, rejoins and the hostile mix, at RATE signals/s,

@@ -44,6 +44,17 @@ type MemberRecord struct {
 	Receipt *Receipt `json:"receipt,omitempty"`
 }
 
+// HeaderRestore is a header of every changelog record the processor
+// writes: its own binary copy of the user's stored records (state,
+// history, late-leave windows, note and the identities of the commands
+// applied to the user), with the commands offset the record reflects. A
+// new owner of the user's partition with no state of its own restores the
+// user from it instead of replaying the commands. It is the processor's,
+// not the purge job's: its layout is pkg/membership's dump format, behind
+// a version byte and the offset. A record left without it (one trimmed to
+// fit, with history_omitted) makes the next owner replay.
+const HeaderRestore = "cohortgate.restore"
+
 // Episode is a closed leave episode [LeftAtNs, RejoinedAtNs): the user's
 // signals with event times in it were never forwarded.
 type Episode struct {

@@ -44,7 +44,7 @@ func Headers() []string {
 	return []string{
 		HeaderReason, HeaderError, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset,
 		HeaderOriginalReason, HeaderOriginalSize, HeaderOriginalSHA256, HeaderOriginalHeaders,
-		HeaderMisroutedFrom,
+		HeaderMisroutedFrom, HeaderRestore,
 	}
 }
 

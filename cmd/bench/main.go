@@ -69,6 +69,7 @@ func main() { cmdline.Main("bench", 1, dispatch) }
 const usage = `usage: bench run [flags]          the benchmark harness; appends to BENCHMARKS.md
        bench passthrough [flags]  the consume→produce baseline process
        bench scale [flags]        restart to ready at 1M to 100M members (make bench-scale)
+       bench handover [flags]     an empty owner's first forwarded signal: replay against restore (make bench-handover)
 Run "bench <command> -h" for the flags.`
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -83,6 +84,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return passthrough(ctx, args[1:], stdout, stderr)
 	case "scale":
 		return scale(ctx, args[1:], stdout, stderr)
+	case "handover":
+		return handover(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stderr, usage)
 		return flag.ErrHelp

@@ -52,6 +52,8 @@ type runOptions struct {
 	unsafeSkipCmds bool
 	unsafeLSO      bool
 	unsafeNoWindow bool
+	unsafeNoIDs    bool
+	handoverReplay bool
 	logLevel       string
 	logFormat      string
 	pprof          bool
@@ -146,6 +148,8 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	f.BoolVar(&o.unsafeSkipCmds, "unsafe-skip-commands", false, "UNSAFE, for chaos control runs only: start owned commands partitions at their end, as if commands were lost")
 	f.BoolVar(&o.unsafeLSO, "unsafe-observe-lso", false, "UNSAFE, for chaos control runs only: align signals with the commands' last stable offset, so a transaction left open lets them through")
 	f.BoolVar(&o.unsafeNoWindow, "unsafe-no-window-recovery", false, "UNSAFE, for chaos control runs only: do not recover earlier owners' late-leave windows from the changelog")
+	f.BoolVar(&o.unsafeNoIDs, "unsafe-restore-without-identities", false, "UNSAFE, for chaos control runs only: restore an empty owner's users from the changelog without their command identities, so that a command delivered again is applied as new")
+	f.BoolVar(&o.handoverReplay, "handover-replay", false, "on a partition this instance has no state for, replay its commands from offset 0 instead of restoring its users from the changelog (slower; for comparisons)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-addr (keep --http-addr private)")
@@ -283,10 +287,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"addr", strings.Join(brokers, ","), "log_dir", dir)
 	}
 
-	if o.unsafeNoSync || o.unsafeSkipCmds || o.unsafeLSO || o.unsafeNoWindow {
+	if o.unsafeNoSync || o.unsafeSkipCmds || o.unsafeLSO || o.unsafeNoWindow || o.unsafeNoIDs {
 		log.Warn("UNSAFE flags set: this processor may lose state or leak signals; for chaos control runs only",
 			"unsafe_no_sync", o.unsafeNoSync, "unsafe_skip_commands", o.unsafeSkipCmds,
-			"unsafe_observe_lso", o.unsafeLSO, "unsafe_no_window_recovery", o.unsafeNoWindow)
+			"unsafe_observe_lso", o.unsafeLSO, "unsafe_no_window_recovery", o.unsafeNoWindow,
+			"unsafe_restore_without_identities", o.unsafeNoIDs)
 	}
 	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log, NoSync: o.unsafeNoSync})
 	if err != nil {
@@ -314,23 +319,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	kmetrics := kprom.NewMetrics("cohortgate_kafka", kprom.Registerer(reg), kprom.Gatherer(reg), kprom.WithClientLabel())
 
 	proc, err := fanout.New(fanout.Config{
-		Brokers:                brokers,
-		Group:                  o.group,
-		Topics:                 o.topicSet(),
-		CreateTopics:           o.createTopics,
-		Partitions:             int32(o.partitions),
-		ReplicationFactor:      int16(o.replication),
-		ExactlyOnce:            o.exactlyOnce,
-		TransactionalID:        txnID,
-		Grace:                  graceOf(o.grace),
-		MaxFutureSkew:          o.maxFutureSkew,
-		AlignInterval:          o.alignInterval,
-		CommitInterval:         o.commitInterval,
-		HoldMaxBytes:           o.holdMaxBytes,
-		SessionTimeout:         o.sessionTimeout,
-		UnsafeSkipCommands:     o.unsafeSkipCmds,
-		UnsafeObserveLSO:       o.unsafeLSO,
-		UnsafeNoWindowRecovery: o.unsafeNoWindow,
+		Brokers:                        brokers,
+		Group:                          o.group,
+		Topics:                         o.topicSet(),
+		CreateTopics:                   o.createTopics,
+		Partitions:                     int32(o.partitions),
+		ReplicationFactor:              int16(o.replication),
+		ExactlyOnce:                    o.exactlyOnce,
+		TransactionalID:                txnID,
+		Grace:                          graceOf(o.grace),
+		MaxFutureSkew:                  o.maxFutureSkew,
+		AlignInterval:                  o.alignInterval,
+		CommitInterval:                 o.commitInterval,
+		HoldMaxBytes:                   o.holdMaxBytes,
+		SessionTimeout:                 o.sessionTimeout,
+		UnsafeSkipCommands:             o.unsafeSkipCmds,
+		UnsafeObserveLSO:               o.unsafeLSO,
+		UnsafeNoWindowRecovery:         o.unsafeNoWindow,
+		UnsafeRestoreWithoutIdentities: o.unsafeNoIDs,
+		HandoverReplay:                 o.handoverReplay,
 		// Written at a clean stop, so that the next start loads the gate
 		// instead of scanning the store (issue 16).
 		GateSnapshot: filepath.Join(o.dataDir, "gate.snapshot"),

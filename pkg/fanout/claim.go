@@ -37,6 +37,16 @@ type claim struct {
 	// fwd remembers the signals this claim forwarded, for exact late-leave
 	// windows.
 	fwd *forwarded
+	// changelogID is the topic ID of the changelog that has held every
+	// record of the partition's users since the partition's first
+	// command, as far as the owners know (handover.go), or noChangelogID
+	// when that is not known. Offset metadata carries it to the next
+	// owner. Set before the claim is shared.
+	changelogID string
+	// restore says the claim starts with an empty store on a partition
+	// whose earlier owners judged commands: the commands side may restore
+	// it from the changelog (handover.go). Set before the claim is shared.
+	restore bool
 
 	// deciding is, per route, one past the highest offset of the route's
 	// input whose gate decision may have been taken; -1 before the first.
@@ -52,6 +62,12 @@ type claim struct {
 
 	// Owned by the commands side (recover.go).
 	recovery recovery
+	// reflected is, after a restore from the changelog, the commands
+	// offset each user's restored record reflects, for the users whose
+	// record reflects commands at or above judgedBelow: those commands
+	// are in the restored state already, and are not applied again.
+	// Owned by the commands side (handover.go).
+	reflected map[uint64]int64
 }
 
 // newClaim makes the claim of partition, for routes routes.
@@ -78,28 +94,40 @@ func (c *claim) publishDeciding(route int, offset, tsNs int64) {
 }
 
 // meta is a partition's committed offset metadata: the highest event time
-// decided and how far the commands were judged, "<event ns>:<offset>".
-// judged is the applied offset read before the outbox was last drained
-// into the cycle being committed: the changelog records of every command
-// below it commit with the metadata, which is what lets the next owner
-// skip them.
+// decided, how far the commands were judged and the changelog that holds
+// their records, "<event ns>:<offset>:<changelog topic id>". judged is the
+// applied offset read before the outbox was last drained into the cycle
+// being committed: the changelog records of every command below it commit
+// with the metadata, which is what lets the next owner skip them, or
+// restore the partition's users from their records (handover.go).
 func (c *claim) meta(judged int64) string {
-	return strconv.FormatInt(c.maxEventNs.Load(), 10) + ":" + strconv.FormatInt(max(judged, c.judgedBelow), 10)
+	return strconv.FormatInt(c.maxEventNs.Load(), 10) + ":" + strconv.FormatInt(max(judged, c.judgedBelow), 10) +
+		":" + c.changelogID
 }
 
-// parseMeta reads what claim.meta wrote; metadata of the older form
-// "<event ns>" has judged 0.
-func parseMeta(s string) (eventNs, judged int64, err error) {
-	ts, off, found := strings.Cut(s, ":")
+// noChangelogID is the changelog topic ID of offset metadata that does not
+// know which changelog holds the partition's records.
+const noChangelogID = "-"
+
+// parseMeta reads what claim.meta wrote; metadata of the older forms
+// "<event ns>" and "<event ns>:<offset>" has judged 0 and changelog ID
+// noChangelogID respectively.
+func parseMeta(s string) (eventNs, judged int64, changelogID string, err error) {
+	ts, rest, found := strings.Cut(s, ":")
+	changelogID = noChangelogID
 	if eventNs, err = strconv.ParseInt(ts, 10, 64); err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	if found {
+		off, id, hasID := strings.Cut(rest, ":")
 		if judged, err = strconv.ParseInt(off, 10, 64); err != nil {
-			return 0, 0, err
+			return 0, 0, "", err
+		}
+		if hasID && id != "" {
+			changelogID = id
 		}
 	}
-	return eventNs, judged, nil
+	return eventNs, judged, changelogID, nil
 }
 
 // claims is the set of partitions this instance owns. Group callbacks add

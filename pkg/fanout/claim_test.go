@@ -55,32 +55,37 @@ func TestClaimLateWindow(t *testing.T) {
 	}
 }
 
-// TestClaimMeta round-trips the offset metadata and reads the older form.
+// TestClaimMeta round-trips the offset metadata and reads the older forms.
 func TestClaimMeta(t *testing.T) {
 	c := newClaim(0, 1, 0, 17)
 	c.maxEventNs.Store(1764633600000000000)
 	c.judgedBelow = 9
-	ts, judged, err := parseMeta(c.meta(17))
-	if err != nil || ts != 1764633600000000000 || judged != 17 {
-		t.Fatalf("parseMeta(%q) = %d, %d, %v", c.meta(17), ts, judged, err)
+	c.changelogID = "0a1b"
+	ts, judged, id, err := parseMeta(c.meta(17))
+	if err != nil || ts != 1764633600000000000 || judged != 17 || id != "0a1b" {
+		t.Fatalf("parseMeta(%q) = %d, %d, %q, %v", c.meta(17), ts, judged, id, err)
 	}
 	c.judgedBelow = 30 // not yet caught up with what the previous owner applied
-	if _, judged, _ := parseMeta(c.meta(17)); judged != 30 {
+	if _, judged, _, _ := parseMeta(c.meta(17)); judged != 30 {
 		t.Fatalf("meta %q: judged %d, want 30", c.meta(17), judged)
 	}
 	for _, tc := range []struct {
 		in         string
 		ts, judged int64
+		id         string
 		wantErr    bool
 	}{
-		{"1764633600000000000", 1764633600000000000, 0, false},
-		{"-1:0", -1, 0, false},
-		{"5:x", 0, 0, true},
-		{"", 0, 0, true},
+		{"1764633600000000000", 1764633600000000000, 0, noChangelogID, false},
+		{"-1:0", -1, 0, noChangelogID, false},
+		{"-1:7:", -1, 7, noChangelogID, false},
+		{"-1:7:-", -1, 7, noChangelogID, false},
+		{"-1:7:0a1b", -1, 7, "0a1b", false},
+		{"5:x", 0, 0, "", true},
+		{"", 0, 0, "", true},
 	} {
-		ts, judged, err := parseMeta(tc.in)
-		if (err != nil) != tc.wantErr || ts != tc.ts || judged != tc.judged {
-			t.Errorf("parseMeta(%q) = %d, %d, %v", tc.in, ts, judged, err)
+		ts, judged, id, err := parseMeta(tc.in)
+		if (err != nil) != tc.wantErr || ts != tc.ts || judged != tc.judged || id != tc.id {
+			t.Errorf("parseMeta(%q) = %d, %d, %q, %v", tc.in, ts, judged, id, err)
 		}
 	}
 }

@@ -20,8 +20,10 @@ import (
 // them to the store and the gate. It is the only writer of both.
 //
 // For each fetch it:
-//  1. recovers, once per claim, the late-leave windows earlier owners
-//     wrote to the changelog (recover.go);
+//  1. restores, once per claim of a partition the store holds nothing of,
+//     the partition's users from the changelog (handover.go), or else
+//     recovers the late-leave windows earlier owners wrote to it
+//     (recover.go);
 //  2. applies every command to one indexed store batch, with the
 //     partitions' checkpoints, and attaches recovered windows as their
 //     episodes appear;
@@ -49,6 +51,7 @@ type applier struct {
 	claims     *claims
 	outbox     *outbox
 	recover    *recoverer
+	handover   *restorer // nil: claims are never restored from the changelog
 	ev         EventListener
 	lim        limits
 	partitions int32 // of both input topics
@@ -115,6 +118,10 @@ type appliedCmd struct {
 	cmd    topics.Command
 	atNs   uint64
 	change membership.Change
+	// refused is a rejoin refused by rule C7: it changed nothing, but the
+	// store remembers its identity, so the user's changelog record is
+	// written again to carry it (see settle).
+	refused bool
 }
 
 // run applies the fetched commands until ctx is done. A second goroutine,
@@ -210,7 +217,14 @@ func (a *applier) fetchErrors(fetches kgo.Fetches) error {
 // applyFetched applies the records of fetched commands partitions.
 func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPartition) error {
 	for _, fp := range fetched {
-		if c := a.claims.get(fp.Partition); c != nil && !c.recovery.done {
+		c := a.claims.get(fp.Partition)
+		if c != nil && c.restore && !c.recovery.handedOver && a.handover != nil {
+			c.recovery.handedOver = true
+			if err := a.handover.handover(ctx, c, fp.HighWatermark); err != nil {
+				return err
+			}
+		}
+		if c != nil && !c.recovery.done {
 			if err := a.recover.recover(ctx, fp.Partition, &c.recovery); err != nil {
 				return err
 			}
@@ -335,6 +349,9 @@ func (a *applier) publish(c committed) error {
 		ca.c.applied.Store(ca.next)
 	}
 	for _, ac := range c.cmds {
+		if ac.refused {
+			continue // counted as a dead letter
+		}
 		result := "noop"
 		switch {
 		case ac.change.Changed:
@@ -394,6 +411,9 @@ func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd
 	if err != nil {
 		return nil, dlq(reason, err), nil
 	}
+	if through, ok := c.reflected[cmd.UserID]; ok && r.Offset <= through {
+		return nil, nil, nil // in the state restored from the user's changelog record (handover.go)
+	}
 	op := membership.OpLeave
 	if cmd.Op == topics.Rejoin {
 		op = membership.OpRejoin
@@ -401,7 +421,8 @@ func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd
 	change, err := b.Apply(membership.Command{Op: op, UserID: cmd.UserID, AtNs: at, RequestID: cmd.RequestID})
 	switch {
 	case errors.Is(err, membership.ErrRejoinBeforeLeave):
-		return nil, dlq(topics.ReasonRejoinBeforeLeave, err), nil
+		return &appliedCmd{c: c, r: r, cmd: cmd, atNs: at, change: change, refused: true},
+			dlq(topics.ReasonRejoinBeforeLeave, err), nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("unable to apply %s of user %d (commands partition %d offset %d): %w",
 			cmd.Op, cmd.UserID, r.Partition, r.Offset, err)
@@ -490,13 +511,26 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 			}
 		}
 		note := topics.Note{Command: commandRef(a.cfg.Topics.Commands, ac), Receipt: &rc}
-		if err := b.SetNote(ac.cmd.UserID, topics.AppendNote(nil, note)); err != nil {
-			return nil, err
+		if !ac.refused {
+			if err := b.SetNote(ac.cmd.UserID, topics.AppendNote(nil, note)); err != nil {
+				return nil, err
+			}
 		}
 		if ac.r.Offset < ac.c.judgedBelow {
 			continue
 		}
 		m, err := b.Member(ac.cmd.UserID)
+		if err != nil {
+			return nil, err
+		}
+		if ac.refused && len(m.Note) > 0 {
+			// The record restates the user as the last command that
+			// took effect left it; only its restore header is new.
+			if note, err = topics.DecodeNote(m.Note); err != nil {
+				return nil, fmt.Errorf("note of user %d: %w", ac.cmd.UserID, err)
+			}
+		}
+		dump, err := b.AppendDump(appendRestoreHeader(nil, ac.r.Offset), ac.cmd.UserID)
 		if err != nil {
 			return nil, err
 		}
@@ -506,6 +540,7 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 			Partition:   -1,
 			Key:         topics.AppendUserID(nil, ac.cmd.UserID),
 			Value:       topics.AppendMemberRecord(nil, cl),
+			Headers:     []outboxHeader{{Key: topics.HeaderRestore, Value: dump}},
 			TimestampNs: ac.r.Timestamp.UnixNano(),
 		}})
 	}

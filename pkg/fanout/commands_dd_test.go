@@ -68,12 +68,12 @@ type commandsState struct {
 // fakeWindows is the changelog as recovery reads it.
 type fakeWindows map[uint64][]membership.LateLeave
 
-func (f fakeWindows) windows(context.Context, int32) (map[uint64][]membership.LateLeave, recoveryStats, error) {
+func (f fakeWindows) read(context.Context, int32, bool) (changelogView, error) {
 	n := 0
 	for _, ws := range f {
 		n += len(ws)
 	}
-	return f, recoveryStats{records: len(f), windows: n}, nil
+	return changelogView{windows: f, stats: recoveryStats{records: len(f), windows: n}}, nil
 }
 
 func newCommandsState(t *testing.T, args map[string]string) *commandsState {
@@ -191,7 +191,20 @@ func (st *commandsState) apply(t *testing.T, part int32, input string) string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, "changelog "+recordLine(m))
+			line := "changelog " + recordLine(m)
+			follows, dump, err := parseRestoreHeader([]byte(headerValue(r, topics.HeaderRestore)))
+			if err != nil {
+				t.Fatalf("changelog record of user %d: %v", m.UserID, err)
+			}
+			if d, err := membership.DecodeDump(dump); err != nil || d.Member.UserID != m.UserID {
+				t.Fatalf("changelog record of user %d: restore header of user %d, %v", m.UserID, d.Member.UserID, err)
+			}
+			if m.Command != nil && follows != m.Command.Offset {
+				// A refused command's record (rule C7): the state as it
+				// was, for the identity the header adds.
+				line += fmt.Sprintf(" restated for offset=%d", follows)
+			}
+			out = append(out, line)
 		case string(topics.DLQ):
 			out = append(out, fmt.Sprintf("dlq offset=%s reason=%s", headerValue(r, topics.HeaderSourceOffset), headerValue(r, topics.HeaderReason)))
 		default:

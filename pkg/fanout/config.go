@@ -100,6 +100,18 @@ type Config struct {
 	// so that a chaos control run can prove that its verifier sees
 	// missing windows; never set it otherwise.
 	UnsafeNoWindowRecovery bool
+	// UnsafeRestoreWithoutIdentities drops the command identities of the
+	// users a new owner restores from the changelog (handover.go), so
+	// that a command delivered again after the handover is applied as a
+	// new one (rule C5 broken). It exists only so that a control run can
+	// prove that a restore must carry them; never set it otherwise.
+	UnsafeRestoreWithoutIdentities bool
+
+	// HandoverReplay makes a new owner with no state for a partition
+	// replay its commands from offset 0, as if the changelog could not be
+	// trusted, instead of restoring the partition's users from their
+	// changelog records (handover.go). For comparisons and benchmarks.
+	HandoverReplay bool
 
 	// GateSnapshot is the path of the gate snapshot: written when Run ends
 	// cleanly, loaded at start instead of scanning the store when it still

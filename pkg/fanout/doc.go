@@ -15,8 +15,14 @@
 // the commands holds every command for the users whose signals are in
 // partition p of the signals. The signals topic is consumed in a consumer
 // group; for every signals partition p an instance is assigned, it also
-// consumes commands partition p, from the checkpoint its store holds (0 if
-// none), never from group offsets. On revocation it stops touching p.
+// consumes commands partition p, from the checkpoint its store holds,
+// never from group offsets. A store that holds nothing of p (a new
+// instance, a wiped disk) is first given p's users from their changelog
+// records, and the commands are consumed from the offset the previous
+// owners judged through (handover.go); when the changelog cannot be
+// trusted to hold every user's latest record, from offset 0. Either way
+// no signal of p is decided before p's state is. On revocation it stops
+// touching p.
 //
 // # The rule
 //
@@ -154,6 +160,8 @@
 //   - emit.go: producing a cycle's records and keeping their promises;
 //   - session.go: a cycle's transaction, or its plain commit, and Outcome's use;
 //   - commands.go: the commands side, the applier;
+//   - handover.go: a partition's users restored from the changelog on
+//     an owner with no state for it;
 //   - claim.go: what both sides share about one owned partition;
 //   - recover.go: late-leave windows recovered from the changelog;
 //   - align.go: alignment of signals with the commands, and the aligner;

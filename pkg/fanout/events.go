@@ -42,6 +42,10 @@ type EventListener struct {
 	// WindowsRecovered: a new owner read the windows its predecessors wrote
 	// from the changelog.
 	WindowsRecovered func(WindowsRecoveredInfo)
+	// Handover: a new owner with no state for a partition restored its
+	// users from their changelog records, or replays its commands from
+	// offset 0 (and says why).
+	Handover func(HandoverInfo)
 	// Misrouted: a record was found outside its key's partition and
 	// re-published there.
 	Misrouted func(MisroutedInfo)
@@ -131,6 +135,33 @@ func (i WindowsRecoveredInfo) String() string {
 	}
 	return fmt.Sprintf("partition %d: %d windows recovered from %d changelog records in %v, %d awaiting replay",
 		i.Partition, i.Windows, i.Records, i.Took, i.AwaitingReplay)
+}
+
+// HandoverInfo is how a new owner with no state for a partition took it
+// over: Source "changelog" (its users restored from their changelog
+// records, the commands consumed from From on) or "replay" (the commands
+// replayed from offset 0, because of Reason).
+type HandoverInfo struct {
+	Partition int32
+	Source    string // "changelog" or "replay"
+	Reason    error  // why not from the changelog; nil when from it
+	From      int64  // the commands offset consumption goes on from
+	Users     int    // users restored
+	Records   int    // changelog records of the partition's users read
+	// Reflected is how many restored users' records reflect commands at
+	// or above From, which are not applied again.
+	Reflected int
+	Windows   int // late-leave windows recovered from every record read
+	Read      time.Duration
+	Took      time.Duration
+}
+
+func (i HandoverInfo) String() string {
+	if i.Source != "changelog" {
+		return fmt.Sprintf("partition %d: replaying commands from offset 0: %v", i.Partition, i.Reason)
+	}
+	return fmt.Sprintf("partition %d: %d users restored from %d changelog records in %v (read %v), commands from offset %d",
+		i.Partition, i.Users, i.Records, i.Took, i.Read, i.From)
 }
 
 // Event sources: which input a record came from.
@@ -283,6 +314,9 @@ func (l *EventListener) EnsureDefaults() *EventListener {
 	if l.WindowsRecovered == nil {
 		l.WindowsRecovered = func(WindowsRecoveredInfo) {}
 	}
+	if l.Handover == nil {
+		l.Handover = func(HandoverInfo) {}
+	}
 	if l.Misrouted == nil {
 		l.Misrouted = func(MisroutedInfo) {}
 	}
@@ -317,6 +351,7 @@ func TeeEventListener(a, b EventListener) EventListener {
 		CommandApplied:     func(i CommandInfo) { a.CommandApplied(i); b.CommandApplied(i) },
 		LateLeave:          func(i LateLeaveInfo) { a.LateLeave(i); b.LateLeave(i) },
 		WindowsRecovered:   func(i WindowsRecoveredInfo) { a.WindowsRecovered(i); b.WindowsRecovered(i) },
+		Handover:           func(i HandoverInfo) { a.Handover(i); b.Handover(i) },
 		Misrouted:          func(i MisroutedInfo) { a.Misrouted(i); b.Misrouted(i) },
 		DeadLetter:         func(i DeadLetterInfo) { a.DeadLetter(i); b.DeadLetter(i) },
 		ProduceFailed:      func(i ProduceFailedInfo) { a.ProduceFailed(i); b.ProduceFailed(i) },
@@ -375,6 +410,17 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 					"records", i.Records, "windows", i.Windows, "awaiting_replay", i.AwaitingReplay,
 					"took", i.Took.Round(time.Millisecond).String())
 			}
+		},
+		Handover: func(i HandoverInfo) {
+			if i.Source != "changelog" {
+				l.Warn("empty owner: replaying the partition's commands from offset 0, not restoring from the changelog",
+					"partition", i.Partition, "why", i.Reason)
+				return
+			}
+			l.Info("empty owner: partition's users restored from the changelog", "partition", i.Partition,
+				"users", i.Users, "records", i.Records, "windows", i.Windows, "reflected", i.Reflected,
+				"commands_from", i.From, "read", i.Read.Round(time.Millisecond).String(),
+				"took", i.Took.Round(time.Millisecond).String())
 		},
 		Misrouted: func(i MisroutedInfo) {
 			misroute.Lock()

@@ -18,13 +18,15 @@ import (
 // consumer starts reading; a partition revoked or lost is dropped. The
 // callbacks run on franz-go's goroutines.
 type ownership struct {
-	cfg    *Config
-	store  Store
-	claims *claims
-	cmds   *kgo.Client // the commands consumer
-	adm    groupAdmin
-	ev     EventListener
-	halt   func(error)
+	cfg *Config
+	// changelogID is the changelog's topic ID as found at start.
+	changelogID string
+	store       Store
+	claims      *claims
+	cmds        *kgo.Client // the commands consumer
+	adm         groupAdmin
+	ev          EventListener
+	halt        func(error)
 	// assignedOnce is set once the group has answered the current
 	// session with an assignment (perhaps empty) and its partitions are
 	// claimed: before it, the instance owns nothing only because it has
@@ -76,7 +78,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		if o.claims.get(part) != nil {
 			continue // claimed with another input's partition
 		}
-		next, _, err := o.store.Checkpoint(string(o.cfg.Topics.Commands), part)
+		next, hasCheckpoint, err := o.store.Checkpoint(string(o.cfg.Topics.Commands), part)
 		if err != nil {
 			o.halt(fmt.Errorf("unable to read the commands checkpoint of partition %d: %w", part, err))
 			return nil
@@ -90,11 +92,20 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			next = m.judged
 		}
 		c := newClaim(part, routes, now, next)
+		c.changelogID = o.changelogID
 		if inherited {
 			c.maxEventNs.Store(m.eventNs)
 			c.inheritedMaxNs = m.eventNs
 			c.judgedBelow = m.judged
+			if m.judged > 0 && m.changelogID != o.changelogID {
+				// Commands were judged with their records in another
+				// changelog (deleted and created again since), or in one
+				// not named: this one may lack users.
+				c.changelogID = noChangelogID
+			}
 		}
+		// UnsafeSkipCommands's control must forget the leaves: no restore.
+		c.restore = !hasCheckpoint && c.judgedBelow > 0 && !o.cfg.UnsafeSkipCommands
 		o.claims.put(c)
 		start[part] = kgo.NoResetOffset().At(next)
 	}
@@ -131,7 +142,10 @@ func (o *ownership) partitions(m map[string][]int32) []int32 {
 
 // committedMeta is what a partition's previous owner left in its offset
 // metadata; see claim.meta.
-type committedMeta struct{ eventNs, judged int64 }
+type committedMeta struct {
+	eventNs, judged int64
+	changelogID     string
+}
 
 // committedMeta reads, from the group's committed offsets, the highest
 // event time each partition's previous owner decided and how far it had
@@ -183,12 +197,17 @@ func (o *ownership) readMeta(ctx context.Context) (map[int32]committedMeta, erro
 			if off.Metadata == "" {
 				continue
 			}
-			if ts, judged, err := parseMeta(off.Metadata); err == nil {
+			if ts, judged, id, err := parseMeta(off.Metadata); err == nil {
 				m, seen := out[part]
 				if !seen {
-					m = committedMeta{ts, judged}
+					m = committedMeta{ts, judged, id}
 				}
-				out[part] = committedMeta{max(m.eventNs, ts), max(m.judged, judged)}
+				if m.changelogID != id {
+					// Inputs disagree (one committed before the changelog
+					// changed): the changelog is not known.
+					id = noChangelogID
+				}
+				out[part] = committedMeta{max(m.eventNs, ts), max(m.judged, judged), id}
 			}
 		}
 	}

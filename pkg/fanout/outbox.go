@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,6 +234,9 @@ func (o *outbox) load() (int, error) {
 // of itself naming where it came from.
 func refusedEntry(e outboxEntry, set topics.Set, lim limits, err error) outboxEntry {
 	if e.Topic == string(set.Changelog) {
+		// Without the restore header, which the next owner takes as a
+		// reason to replay (handover.go): the record no longer says all.
+		e.Headers = slices.DeleteFunc(slices.Clone(e.Headers), func(h outboxHeader) bool { return h.Key == topics.HeaderRestore })
 		if v, ok := trimChangelog(e.Value, lim.of(e.Topic)-batchOverhead-recordOverhead-len(e.Key)); ok {
 			e.Value = v
 			if refusalReason(err) == topics.ReasonRecordRefused {

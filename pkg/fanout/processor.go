@@ -262,13 +262,19 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 	})
 	applierDone := make(chan struct{})
+	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
+		skip: p.cfg.UnsafeNoWindowRecovery,
+		src: &changelogReader{cl: k.recov, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
+			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
+			kp: newKeyPartition(), log: p.cfg.Logger}}
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
-		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(), steps: p.m.stepTimer(),
-		recover: &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
-			skip: p.cfg.UnsafeNoWindowRecovery,
-			src: &changelogReader{cl: k.recov, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
-				signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
-				kp: newKeyPartition(), log: p.cfg.Logger}}}
+		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(), steps: p.m.stepTimer(), recover: rec,
+		handover: &restorer{cfg: &p.cfg, store: p.store, gate: p.gate, rec: rec, ev: p.ev,
+			seek: func(part int32, offset int64) {
+				k.cmds.SetOffsets(map[string]map[int32]kgo.EpochOffset{
+					string(p.cfg.Topics.Commands): {part: {Epoch: -1, Offset: offset}},
+				})
+			}}}
 	run("commands", func(ctx context.Context) error {
 		defer close(applierDone)
 		return afterRestore(ap.run)(ctx)
@@ -294,7 +300,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		ev: p.ev}
 	run("alignment", afterRestore(al.run))
 	p.started.Store(true)
-	own := &ownership{cfg: &p.cfg, store: p.store, claims: &p.claims, cmds: k.cmds, adm: k.adm, ev: p.ev, halt: halt,
+	own := &ownership{cfg: &p.cfg, changelogID: k.changelogID, store: p.store, claims: &p.claims, cmds: k.cmds, adm: k.adm, ev: p.ev, halt: halt,
 		assignedOnce: &p.joined}
 	err = p.signals(ctx, k, own, applierDone, halt)
 	halt(err)

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,13 +25,32 @@ import (
 // of the claim's users and puts their windows into the store, each as soon
 // as the store holds the episode it starts.
 
-// windowSource reads the windows earlier owners wrote for the users of a
-// signals partition: the changelog (changelogReader), or a test's fake.
+// windowSource reads what earlier owners wrote to the changelog for the
+// users of a signals partition: the changelog (changelogReader), or a
+// test's fake. With latest, it also keeps each user's latest restore
+// header and says whether the changelog may have lost records, for a
+// restore (handover.go).
 type windowSource interface {
-	windows(ctx context.Context, part int32) (map[uint64][]membership.LateLeave, recoveryStats, error)
+	read(ctx context.Context, part int32, latest bool) (changelogView, error)
 }
 
 type recoveryStats struct{ records, windows int }
+
+// changelogView is what a windowSource read.
+type changelogView struct {
+	windows map[uint64][]membership.LateLeave
+	stats   recoveryStats
+	// With latest only:
+	//
+	// restore holds, per user, the restore header of the user's latest
+	// record (nil when it has none, or is a tombstone).
+	restore map[uint64][]byte
+	// lossy says why records may be missing from the changelog (a policy
+	// that deletes, records deleted below a partition's start), or nil.
+	lossy error
+
+	byUser map[uint64]map[uint64]membership.LateLeave // while adding
+}
 
 // recoveryTimeout bounds one attempt to read the changelog.
 const recoveryTimeout = 5 * time.Minute
@@ -39,6 +59,9 @@ const recoveryTimeout = 5 * time.Minute
 // The commands side owns it.
 type recovery struct {
 	done bool
+	// handedOver says the claim's restore from the changelog was tried
+	// (handover.go).
+	handedOver bool
 	// pending holds recovered windows not yet in the store, because the
 	// episode they belong to has not been replayed yet.
 	pending map[uint64][]membership.LateLeave
@@ -66,13 +89,12 @@ func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery) erro
 	}
 	start := time.Now()
 	var (
-		ws    map[uint64][]membership.LateLeave
-		stats recoveryStats
-		err   error
+		view changelogView
+		err  error
 	)
 	for attempt := 1; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
-		ws, stats, err = r.src.windows(rctx, part)
+		view, err = r.src.read(rctx, part, false)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			break
@@ -90,6 +112,17 @@ func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery) erro
 	if ctx.Err() != nil {
 		return nil
 	}
+	if err := r.attachAll(view.windows, rec); err != nil {
+		return err
+	}
+	r.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: part, Records: view.stats.records, Windows: view.stats.windows,
+		AwaitingReplay: len(rec.pending), Took: time.Since(start)})
+	return nil
+}
+
+// attachAll puts the windows ws into the store, each whose episode the
+// store holds, and the others into rec's pending windows.
+func (r *recoverer) attachAll(ws map[uint64][]membership.LateLeave, rec *recovery) error {
 	b := r.store.NewBatch()
 	defer b.Close()
 	rec.pending = make(map[uint64][]membership.LateLeave)
@@ -105,8 +138,6 @@ func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery) erro
 	if err := b.Commit(); err != nil {
 		return fmt.Errorf("unable to store recovered late-leave windows: %w", err)
 	}
-	r.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: part, Records: stats.records, Windows: stats.windows,
-		AwaitingReplay: len(rec.pending), Took: time.Since(start)})
 	return nil
 }
 
@@ -180,14 +211,17 @@ type changelogReader struct {
 	log                 *slog.Logger
 }
 
-// windows reads the changelog, read_committed, up to its last stable
+// read reads the changelog, read_committed, up to its last stable
 // offsets as they are now, and returns the late-leave windows of the users
 // of signals partition part, merged per leave: the latest
 // forwarded_through, exact only if every record said so. Every record of a
 // user counts, not only the latest: a record written by an owner that had
-// not recovered a window must not hide it.
-func (cr *changelogReader) windows(ctx context.Context, part int32) (map[uint64][]membership.LateLeave, recoveryStats, error) {
-	var st recoveryStats
+// not recovered a window must not hide it. With latest, it also keeps each
+// user's latest restore header, and checks that the changelog keeps every
+// user's latest record: its cleanup.policy is compact alone, and no
+// partition read starts above offset 0.
+func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (changelogView, error) {
+	var v changelogView
 	topic := cr.topic
 	parts := []int32{part}
 	if cr.changelogPartitions != cr.signalPartitions {
@@ -196,13 +230,22 @@ func (cr *changelogReader) windows(ctx context.Context, part int32) (map[uint64]
 			parts = append(parts, i)
 		}
 	}
+	if latest {
+		policy, err := cr.cleanupPolicy(ctx)
+		if err != nil {
+			return v, err
+		}
+		if policy != "compact" {
+			v.lossy = fmt.Errorf("the changelog's cleanup.policy is %q, not compact: records may have been deleted", policy)
+		}
+	}
 	starts, err := cr.adm.ListStartOffsets(ctx, topic)
 	if err != nil {
-		return nil, st, fmt.Errorf("listing the changelog's start offsets: %w", err)
+		return v, fmt.Errorf("listing the changelog's start offsets: %w", err)
 	}
 	ends, err := cr.adm.ListCommittedOffsets(ctx, topic)
 	if err != nil {
-		return nil, st, fmt.Errorf("listing the changelog's end offsets: %w", err)
+		return v, fmt.Errorf("listing the changelog's end offsets: %w", err)
 	}
 	want := make(map[int32]int64) // partition → end still to reach
 	from := make(map[int32]kgo.Offset)
@@ -210,14 +253,17 @@ func (cr *changelogReader) windows(ctx context.Context, part int32) (map[uint64]
 		s, okS := starts.Lookup(topic, p)
 		e, okE := ends.Lookup(topic, p)
 		if !okS || !okE || s.Err != nil || e.Err != nil {
-			return nil, st, fmt.Errorf("no offsets for changelog partition %d: %v %v", p, s.Err, e.Err)
+			return v, fmt.Errorf("no offsets for changelog partition %d: %v %v", p, s.Err, e.Err)
+		}
+		if s.Offset > 0 && v.lossy == nil {
+			v.lossy = fmt.Errorf("changelog partition %d starts at offset %d: records below it were deleted", p, s.Offset)
 		}
 		if e.Offset > s.Offset {
 			want[p] = e.Offset
 			from[p] = kgo.NewOffset().At(s.Offset)
 		}
 	}
-	byUser := make(map[uint64]map[uint64]membership.LateLeave)
+	v.start(latest)
 	if len(want) > 0 {
 		cl := cr.cl
 		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
@@ -225,12 +271,12 @@ func (cr *changelogReader) windows(ctx context.Context, part int32) (map[uint64]
 		for len(want) > 0 {
 			fetches := cl.PollFetches(ctx)
 			if err := ctx.Err(); err != nil {
-				return nil, st, fmt.Errorf("reading the changelog: %w (%d partitions not read to their end)", err, len(want))
+				return v, fmt.Errorf("reading the changelog: %w (%d partitions not read to their end)", err, len(want))
 			}
 			var fetchErr error
 			fetches.EachError(func(_ string, _ int32, err error) { fetchErr = err })
 			if fetchErr != nil {
-				return nil, st, fmt.Errorf("reading the changelog: %w", fetchErr)
+				return v, fmt.Errorf("reading the changelog: %w", fetchErr)
 			}
 			fetches.EachRecord(func(r *kgo.Record) {
 				if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
@@ -243,36 +289,96 @@ func (cr *changelogReader) windows(ctx context.Context, part int32) (map[uint64]
 				if err != nil || cr.kp.of(r.Key, cr.signalPartitions) != part {
 					return
 				}
-				st.records++
-				rec, err := topics.DecodeMemberRecord(r.Value)
-				if err != nil {
+				if err := v.add(user, r); err != nil {
 					cr.log.Warn("changelog record that does not decode; its windows, if any, are lost",
 						"partition", r.Partition, "offset", r.Offset, "err", err)
-					return
-				}
-				for _, w := range rec.LateLeaves {
-					if w.ForwardedThroughNs < w.LeftAtNs {
-						continue // not a window the processor writes
-					}
-					if byUser[user] == nil {
-						byUser[user] = make(map[uint64]membership.LateLeave)
-					}
-					lw := membership.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ForwardedThroughNs, Exact: w.Exact}
-					if old, ok := byUser[user][w.LeftAtNs]; ok {
-						lw.ForwardedThroughNs = max(lw.ForwardedThroughNs, old.ForwardedThroughNs)
-						lw.Exact = lw.Exact && old.Exact
-					}
-					byUser[user][w.LeftAtNs] = lw
 				}
 			})
 		}
 	}
-	out := make(map[uint64][]membership.LateLeave, len(byUser))
-	for user, m := range byUser {
+	v.finish()
+	return v, nil
+}
+
+// start readies v to take records; latest as in windowSource.read.
+func (v *changelogView) start(latest bool) {
+	v.byUser = make(map[uint64]map[uint64]membership.LateLeave)
+	if latest {
+		v.restore = make(map[uint64][]byte)
+	}
+}
+
+// noWindows is how the processor writes a record's empty list of windows.
+var noWindows = []byte(`"late_leaves":[]`)
+
+// add takes user's record r, the latest of the user's so far: its
+// windows, merged with the earlier records' per leave (the latest
+// forwarded_through, exact only if every record said so), and its restore
+// header. It fails on a value that does not decode, whose windows are
+// lost.
+func (v *changelogView) add(user uint64, r *kgo.Record) error {
+	v.stats.records++
+	if v.restore != nil {
+		var h []byte
+		for _, hd := range r.Headers {
+			if hd.Key == topics.HeaderRestore && r.Value != nil {
+				h = bytes.Clone(hd.Value)
+			}
+		}
+		v.restore[user] = h
+	}
+	if bytes.Contains(r.Value, noWindows) {
+		return nil // no window to decode (most records)
+	}
+	rec, err := topics.DecodeMemberRecord(r.Value)
+	if err != nil {
+		return err
+	}
+	for _, w := range rec.LateLeaves {
+		if w.ForwardedThroughNs < w.LeftAtNs {
+			continue // not a window the processor writes
+		}
+		if v.byUser[user] == nil {
+			v.byUser[user] = make(map[uint64]membership.LateLeave)
+		}
+		lw := membership.LateLeave{LeftAtNs: w.LeftAtNs, ForwardedThroughNs: w.ForwardedThroughNs, Exact: w.Exact}
+		if old, ok := v.byUser[user][w.LeftAtNs]; ok {
+			lw.ForwardedThroughNs = max(lw.ForwardedThroughNs, old.ForwardedThroughNs)
+			lw.Exact = lw.Exact && old.Exact
+		}
+		v.byUser[user][w.LeftAtNs] = lw
+	}
+	return nil
+}
+
+// finish lists the merged windows, once every record was added.
+func (v *changelogView) finish() {
+	v.windows = make(map[uint64][]membership.LateLeave, len(v.byUser))
+	for user, m := range v.byUser {
 		for _, w := range m {
-			out[user] = append(out[user], w)
-			st.windows++
+			v.windows[user] = append(v.windows[user], w)
+			v.stats.windows++
 		}
 	}
-	return out, st, nil
+}
+
+// cleanupPolicy returns the changelog's cleanup.policy.
+func (cr *changelogReader) cleanupPolicy(ctx context.Context) (string, error) {
+	rcs, err := cr.adm.DescribeTopicConfigs(ctx, cr.topic)
+	if err != nil {
+		return "", fmt.Errorf("describing the changelog's configs: %w", err)
+	}
+	rc, err := rcs.On(cr.topic, nil)
+	if err != nil {
+		return "", fmt.Errorf("describing the changelog's configs: %w", err)
+	}
+	if rc.Err != nil {
+		return "", fmt.Errorf("describing the changelog's configs: %w", rc.Err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "cleanup.policy" {
+			return c.MaybeValue(), nil
+		}
+	}
+	return "", errors.New("describing the changelog's configs: no cleanup.policy")
 }

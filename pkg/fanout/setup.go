@@ -67,6 +67,7 @@ type kafka struct {
 
 	signalPartitions    int32 // of both input topics
 	changelogPartitions int32
+	changelogID         string // the changelog's topic ID, as found at start
 	lim                 limits
 }
 
@@ -92,6 +93,7 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 	}
 	k.signalPartitions = int32(len(details[string(cfg.Topics.Signals)].Partitions))
 	k.changelogPartitions = int32(len(details[string(cfg.Topics.Changelog)].Partitions))
+	k.changelogID = details[string(cfg.Topics.Changelog)].ID.String()
 	if *lim, err = readLimits(ctx, k.adm, cfg.Topics); err != nil {
 		k.adm.Close()
 		return nil, err

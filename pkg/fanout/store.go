@@ -10,6 +10,7 @@ import (
 // *membership.Store satisfies it.
 type Store interface {
 	NewBatch() *membership.Batch
+	NewImport() *membership.Import
 	Checkpoint(topic string, partition int32) (next int64, ok bool, err error)
 	Checkpoints(topic string) (map[int32]int64, error)
 	Restore(ctx context.Context, fn func(membership.Member) error) (membership.RestoreStats, error)

@@ -100,6 +100,18 @@
 // again, and is then delivered again. Delivery from the outbox is therefore
 // at least once, and the receiving side must tolerate duplicates.
 //
+// # Dumps and imports
+//
+// [Batch.AppendDump] writes every record the store keeps of one user (its
+// state, history, late-leave windows, note and command identities) into
+// one value, and an [Import] writes such dumps, checked by [DecodeDump]
+// and given in ascending user order, into a store that holds nothing of
+// those users, with checkpoints, all or nothing (sorted table files,
+// ingested together). A store rebuilt so holds the same bytes as the one dumped; the
+// identities come along, so a command delivered again is still a
+// duplicate. The processor carries each user's latest dump in its
+// changelog record, for a new owner with an empty store.
+//
 // # Offsets
 //
 // A checkpoint is the next offset to read of a (topic, partition), written

@@ -546,3 +546,32 @@ func equalMember(a, b Member) bool {
 	return a.CommunityMembership == b.CommunityMembership && slices.Equal(a.History, b.History) &&
 		slices.Equal(a.LateLeaves, b.LateLeaves) && bytes.Equal(a.Note, b.Note)
 }
+
+// FuzzDecodeDump: a dump either decodes into a member that Restore would
+// hand back, or fails with ErrCorrupt; it never panics.
+func FuzzDecodeDump(f *testing.F) {
+	f.Add([]byte{dumpVersion, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0})
+	f.Add([]byte{dumpVersion, 0, 0, 0, 0, 0, 0, 0, 7, 1, 1, TagCommunityLeave, 9, 1, 100, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := DecodeDump(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("DecodeDump: %v, not ErrCorrupt", err)
+			}
+			return
+		}
+		n := 0
+		count := func(k, _ []byte) error {
+			if binary.BigEndian.Uint64(k[1:9]) != d.Member.UserID {
+				t.Fatalf("record of user %d in the dump of user %d", binary.BigEndian.Uint64(k[1:9]), d.Member.UserID)
+			}
+			n++
+			return nil
+		}
+		_ = d.each(spaceUsers, count)
+		_ = d.each(spaceIdentities, count)
+		if n != d.records+d.Identities {
+			t.Fatalf("dump of %d records and %d identities yields %d", d.records, d.Identities, n)
+		}
+	})
+}

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
+	"github.com/cohortgate/cohortgate/integration/workload"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// bench handover (issue 16 §4): how long an owner with an empty data dir
+// takes from the assignment of a partition to its first forwarded signal,
+// when the partition's history is --commands commands (a leave, then a
+// rejoin, of --commands/2 users), by the replay of the commands from
+// offset 0 (--handover-replay) and by the restore from the changelog.
+//
+//  1. One partition of every topic; the commands are written, then a
+//     first processor (the seed) applies them, writes their changelog
+//     records and forwards one signal, so that its group commits the
+//     judged offset; it stops cleanly.
+//  2. --reps rounds, each starting a processor with an empty data dir in
+//     the same group, once replaying and once restoring (interleaved), a
+//     fresh signal stamped a minute ago waiting for each: the time from
+//     the processor's log line "partitions assigned" to the signal read,
+//     read_committed, from the output topic; the processor's CPU seconds
+//     at that moment; and its own figures (caught up, restore). Each
+//     stops cleanly before the next starts.
+//
+// The changelog is as the seed left it: two records per user (compaction
+// has not run on the active segment), the worst case for the restore.
+type handoverOptions struct {
+	brokers   []string
+	processor string
+	workDir   string
+	commands  int
+	reps      int
+	timeout   time.Duration
+	keep      bool
+}
+
+func handover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench handover", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &handoverOptions{}
+	var brokers string
+	fs.StringVar(&brokers, "brokers", os.Getenv("KAFKA_BROKERS"), "seed brokers (default $KAFKA_BROKERS)")
+	fs.StringVar(&o.processor, "processor", "bin/processor", "the processor binary")
+	fs.StringVar(&o.workDir, "work-dir", "bin/handover-work", "data dirs and logs")
+	fs.IntVar(&o.commands, "commands", 2_000_000, "commands in the partition: a leave and a rejoin of commands/2 users")
+	fs.IntVar(&o.reps, "reps", 3, "rounds of (replay, restore)")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long one processor may take to forward")
+	fs.BoolVar(&o.keep, "keep", false, "keep the topics")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.brokers = cmdline.List(brokers)
+	if len(o.brokers) == 0 {
+		return errors.New("--brokers: none (set KAFKA_BROKERS)")
+	}
+	hb := &handoverBench{o: o, out: stdout, start: time.Now()}
+	return hb.run(ctx)
+}
+
+type handoverBench struct {
+	o     *handoverOptions
+	out   io.Writer
+	start time.Time
+	procs procs
+	a     *admin
+	set   topics.Set
+	group string
+}
+
+func (hb *handoverBench) printf(format string, args ...any) {
+	fmt.Fprintf(hb.out, "handover %6.1fs  %s\n", time.Since(hb.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// handoverRun is one empty owner's take-over.
+type handoverRun struct {
+	mode     string        // "replay" or "changelog"
+	first    time.Duration // assignment → first forwarded signal read
+	cpu      float64       // the processor's CPU seconds at that moment
+	caughtUp time.Duration // the processor's own: assignment → caught up
+	restore  string        // its restore line's figures, if any
+}
+
+var (
+	assignedLine = regexp.MustCompile(`msg="partitions assigned`)
+	handoverLine = regexp.MustCompile(`msg="empty owner: `)
+)
+
+func (hb *handoverBench) run(ctx context.Context) error {
+	o := hb.o
+	defer hb.procs.stopAll(30 * time.Second)
+	var err error
+	if hb.a, err = newAdmin(o.brokers); err != nil {
+		return err
+	}
+	defer hb.a.close()
+	id := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	hb.set = workload.Topics("handover-" + id)
+	hb.group = "handover-" + id
+	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	err = workload.CreateTopics(cctx, hb.a.adm, hb.set, 1, -1)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if !o.keep {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, _ = hb.a.adm.DeleteTopics(dctx, string(hb.set.Commands), string(hb.set.Signals), string(hb.set.Cohort),
+				string(hb.set.DLQ), string(hb.set.Changelog))
+			_, _ = hb.a.adm.DeleteGroup(dctx, hb.group)
+		}()
+	}
+	began := time.Now()
+	h := &harness{o: &runOptions{brokers: o.brokers}}
+	if err := h.produceCommands(ctx, string(hb.set.Commands), o.commands); err != nil {
+		return err
+	}
+	hb.printf("%d commands (%d users) written in %.1fs; the seed processor applies them", o.commands, o.commands/2, time.Since(began).Seconds())
+
+	seed, err := hb.take(ctx, "seed", 0, "--handover-replay")
+	if err != nil {
+		return err
+	}
+	hb.printf("seed: forwarding %v after its assignment (%.1f CPU-s)", seed.first.Round(time.Millisecond), seed.cpu)
+	if err := hb.waitJudged(ctx); err != nil {
+		return err
+	}
+	end, _ := hb.a.endOffsets(ctx, string(hb.set.Changelog))
+	hb.printf("changelog: %d records", end.sum())
+
+	var runs []handoverRun
+	for rep := 1; rep <= o.reps; rep++ {
+		for _, mode := range []string{"replay", "changelog"} {
+			var extra []string
+			if mode == "replay" {
+				extra = append(extra, "--handover-replay")
+			}
+			r, err := hb.take(ctx, fmt.Sprintf("%s-%d", mode, rep), rep, extra...)
+			if err != nil {
+				return err
+			}
+			r.mode = mode
+			runs = append(runs, r)
+			hb.printf("%s %d: first signal forwarded %v after the assignment, %.1f CPU-s; caught up in %v%s",
+				mode, rep, r.first.Round(time.Millisecond), r.cpu, r.caughtUp, r.restore)
+		}
+	}
+	hb.report(runs)
+	return nil
+}
+
+// take starts a processor with an empty data dir, waits for it to forward
+// a signal produced for it, stops it, and returns the figures.
+func (hb *handoverBench) take(ctx context.Context, name string, rep int, extra ...string) (handoverRun, error) {
+	var r handoverRun
+	o := hb.o
+	out, err := hb.a.endOffsets(ctx, string(hb.set.Cohort))
+	if err != nil {
+		return r, err
+	}
+	value := "handover-" + name
+	user := uint64(o.commands + 10 + rep) // never left
+	sig := &kgo.Record{Topic: string(hb.set.Signals), Key: topics.AppendUserID(nil, user), Value: []byte(value),
+		Timestamp: time.Now().Add(-time.Minute)}
+	if err := hb.a.cl.ProduceSync(ctx, sig).FirstErr(); err != nil {
+		return r, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return r, err
+	}
+	dir := filepath.Join(o.workDir, name)
+	_ = os.RemoveAll(dir)
+	assigned := make(chan time.Time, 1)
+	caught, onCaught := watchLine(caughtUpLine)
+	restored, onRestored := watchLine(handoverLine)
+	onLine := func(line string) {
+		if assignedLine.MatchString(line) {
+			select {
+			case assigned <- time.Now():
+			default:
+			}
+		}
+		onCaught(line)
+		onRestored(line)
+	}
+	args := []string{"run", "--brokers", joinList(o.brokers), "--group", hb.group, "--data-dir", dir, "--http-addr", addr,
+		"--transactional-id", "handover-" + name}
+	args = append(args, workload.TopicFlags(hb.set)...)
+	args = append(args, extra...)
+	c, err := hb.procs.start(name, filepath.Join(o.workDir, name+".log"), onLine, o.processor, args...)
+	if err != nil {
+		return r, err
+	}
+	defer c.stop(60 * time.Second)
+
+	cl, err := kgo.NewClient(append(readerOpts(o.brokers), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{string(hb.set.Cohort): {0: kgo.NewOffset().At(out[0])}}))...)
+	if err != nil {
+		return r, err
+	}
+	defer cl.Close()
+	tctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	for found := false; !found; {
+		fetches := cl.PollFetches(tctx)
+		if tctx.Err() != nil {
+			if c.exited() {
+				return r, c.failure()
+			}
+			return r, fmt.Errorf("%s: signal not forwarded within %v", name, o.timeout)
+		}
+		fetches.EachRecord(func(rec *kgo.Record) {
+			if string(rec.Value) == value {
+				found = true
+			}
+		})
+	}
+	seen := time.Now()
+	if ticks, err := procCPU(c.pid()); err == nil {
+		r.cpu = ticks.seconds()
+	}
+	select {
+	case at := <-assigned:
+		r.first = seen.Sub(at)
+	default:
+		return r, fmt.Errorf("%s: forwarded, but no assignment line in its log", name)
+	}
+	select {
+	case line := <-caught:
+		_, r.caughtUp, _ = parseCaughtUpLine(line)
+	default:
+	}
+	select {
+	case line := <-restored:
+		if i := strings.Index(line, "users="); i >= 0 {
+			r.restore = "; " + line[i:]
+		}
+	default:
+	}
+	return r, nil
+}
+
+// waitJudged waits until the group's committed metadata for the signals
+// partition says every command was judged: the next owner restores from
+// there.
+func (hb *handoverBench) waitJudged(ctx context.Context) error {
+	end, err := hb.a.endOffsets(ctx, string(hb.set.Commands))
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := hb.a.adm.FetchOffsetsForTopics(ctx, hb.group, string(hb.set.Signals))
+		if err == nil {
+			if off, ok := resp.Lookup(string(hb.set.Signals), 0); ok && off.Err == nil {
+				if parts := strings.Split(off.Metadata, ":"); len(parts) >= 2 && parts[1] == strconv.FormatInt(end[0], 10) {
+					hb.printf("group metadata %q: every command judged", off.Metadata)
+					return nil
+				}
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("the seed's group never committed the judged offset %d", end[0])
+}
+
+func (hb *handoverBench) report(runs []handoverRun) {
+	fmt.Fprintf(hb.out, "\nempty owner, one partition of %d commands (%d users): assignment → first forwarded signal, %d repetitions\n\n",
+		hb.o.commands, hb.o.commands/2, hb.o.reps)
+	fmt.Fprintln(hb.out, "| path | first forward: median (min–max) | CPU-s of the processor: median (min–max) |")
+	fmt.Fprintln(hb.out, "|---|---:|---:|")
+	for _, mode := range []string{"replay", "changelog"} {
+		var ds []time.Duration
+		var cpus []time.Duration
+		for _, r := range runs {
+			if r.mode == mode {
+				ds = append(ds, r.first)
+				cpus = append(cpus, time.Duration(r.cpu*float64(time.Second)))
+			}
+		}
+		d, c := summarize(ds), summarize(cpus)
+		fmt.Fprintf(hb.out, "| %s | %.2f s (%.2f–%.2f) | %.1f (%.1f–%.1f) |\n", mode,
+			d.P50.Seconds(), d.Min.Seconds(), d.Max.Seconds(), c.P50.Seconds(), c.Min.Seconds(), c.Max.Seconds())
+	}
+}

@@ -1,0 +1,170 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/pkg/fanout"
+	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// TestHandoverFromChangelogEqualsReplay: an instance with an empty data
+// dir takes over every partition after the first instance stopped, once
+// restoring the users from the changelog (the default) and once replaying
+// the commands from offset 0 (HandoverReplay), on the same input with
+// commands added in between that come again (a leave after its rejoin, a
+// refused rejoin after the leave moved back). Both stores must hold the
+// same bytes: states, histories, windows, identities and checkpoints, and
+// notes that name the same commands (their receipts say when each run
+// applied them, which differs).
+func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
+	const parts = 2
+	e := newEnv(t, parts)
+	t0 := base()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	cmd := func(op topics.Op, user uint64, ms int, rid string) {
+		c := topics.Command{Op: op, UserID: user, AtNs: uint64(at(ms).UnixNano()), HasAt: true, RequestID: rid}
+		e.produce(&kgo.Record{Topic: string(e.set.Commands), Key: topics.AppendUserID(nil, user), Value: topics.AppendCommand(nil, c)})
+	}
+
+	a := e.start(t.TempDir(), e.config())
+	a.waitReady(t, parts)
+	for u := uint64(1); u <= 40; u++ {
+		cmd(topics.Leave, u, 100, "a")
+		if u%2 == 0 {
+			cmd(topics.Rejoin, u, 200, "")
+		}
+		if u%5 == 0 {
+			cmd(topics.Rejoin, u, 50, "refused") // before the leave: refused, remembered
+		}
+	}
+	// A signal per partition, decided once the commands are: the group
+	// commits how far they were judged.
+	for p, u := int32(0), uint64(1000); p < parts; u++ {
+		if murmur2Partition(topics.AppendUserID(nil, u), parts) == p {
+			e.signal(u, time.Now(), fmt.Sprint("judge-", p))
+			p++
+		}
+	}
+	e.waitDecided()
+	if err := a.stop(t); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	for u := uint64(1); u <= 40; u++ {
+		switch {
+		case u%2 == 0:
+			cmd(topics.Leave, u, 100, "a") // again, after the rejoin: a duplicate
+		case u%5 == 0:
+			cmd(topics.Leave, u, 40, "")         // moves the boundary back
+			cmd(topics.Rejoin, u, 50, "refused") // again: a duplicate, not a close
+		}
+	}
+
+	take := func(replay bool) (map[uint64][]byte, []fanout.HandoverInfo) {
+		cfg := e.config()
+		cfg.HandoverReplay = replay
+		var mu sync.Mutex
+		var hs []fanout.HandoverInfo
+		cfg.EventListener.Handover = func(i fanout.HandoverInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			hs = append(hs, i)
+		}
+		dir := t.TempDir()
+		p := e.start(dir, cfg)
+		p.waitReady(t, parts)
+		if err := p.stop(t); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		store, err := membership.Open(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		out := make(map[uint64][]byte)
+		if err := store.Export(func(u uint64, d []byte) error {
+			out[u] = bytes.Clone(d)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		cps, err := store.Checkpoints(string(e.set.Commands))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[^uint64(0)] = []byte(fmt.Sprint(cps))
+		mu.Lock()
+		defer mu.Unlock()
+		return out, hs
+	}
+	restored, hs := take(false)
+	for _, h := range hs {
+		if h.Source != "changelog" {
+			t.Fatalf("restore: partition %d replayed: %v", h.Partition, h.Reason)
+		}
+	}
+	if len(hs) != parts {
+		t.Fatalf("restore: %d handovers, want %d", len(hs), parts)
+	}
+	replayed, hs := take(true)
+	if len(hs) != parts || hs[0].Source != "replay" {
+		t.Fatalf("replay: handovers %+v", hs)
+	}
+
+	if len(restored) != len(replayed) {
+		t.Fatalf("restored %d users and checkpoints, replayed %d", len(restored), len(replayed))
+	}
+	for u, want := range replayed {
+		got := restored[u]
+		if u == ^uint64(0) {
+			if !bytes.Equal(got, want) {
+				t.Fatalf("checkpoints: restored %s, replayed %s", got, want)
+			}
+			continue
+		}
+		if err := sameDump(got, want); err != nil {
+			t.Errorf("user %d: %v", u, err)
+		}
+	}
+}
+
+// sameDump compares two dumps of a user: the member's state, history and
+// windows, the identities byte for byte, and the notes but for their
+// receipts' clock and signals offsets.
+func sameDump(got, want []byte) error {
+	g, err := membership.DecodeDump(got)
+	if err != nil {
+		return err
+	}
+	w, err := membership.DecodeDump(want)
+	if err != nil {
+		return err
+	}
+	gn, wn := g.Member.Note, w.Member.Note
+	g.Member.Note, w.Member.Note = nil, nil
+	if !reflect.DeepEqual(g.Member, w.Member) {
+		return fmt.Errorf("restored %+v, replayed %+v", g.Member, w.Member)
+	}
+	if g.Identities != w.Identities || !bytes.Equal(got[len(got)-16*g.Identities:], want[len(want)-16*w.Identities:]) {
+		return fmt.Errorf("identities differ: restored %d, replayed %d", g.Identities, w.Identities)
+	}
+	gNote, err := topics.DecodeNote(gn)
+	if err != nil {
+		return err
+	}
+	wNote, err := topics.DecodeNote(wn)
+	if err != nil {
+		return err
+	}
+	if !reflect.DeepEqual(gNote.Command, wNote.Command) {
+		return fmt.Errorf("notes name %+v and %+v", gNote.Command, wNote.Command)
+	}
+	return nil
+}

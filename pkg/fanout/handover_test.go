@@ -1,0 +1,338 @@
+package fanout
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/pkg/gate"
+	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// fakeChangelog is a changelog partition as a restore reads it: the
+// records, in the order they were produced, through the reader's own
+// per-record logic (changelogView.add).
+type fakeChangelog struct {
+	recs  []*kgo.Record
+	lossy error
+	err   error
+}
+
+func (f *fakeChangelog) read(_ context.Context, _ int32, latest bool) (changelogView, error) {
+	var v changelogView
+	if f.err != nil {
+		return v, f.err
+	}
+	v.start(latest)
+	for _, r := range f.recs {
+		user, err := topics.ParseUserID(r.Key)
+		if err != nil {
+			return v, err
+		}
+		if err := v.add(user, r); err != nil {
+			return v, err
+		}
+	}
+	v.finish()
+	v.lossy = f.lossy
+	return v, nil
+}
+
+// handoverRun is one owner of partition 0 over its own in-memory store.
+type handoverRun struct {
+	a         *applier
+	store     *membership.Store
+	handovers []HandoverInfo
+}
+
+const handoverSeenNs = 900_450_000_000 // decided by earlier owners: leaves before it may be late
+
+func newHandoverRun(t *testing.T, src windowSource, mod func(*Config)) *handoverRun {
+	t.Helper()
+	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler),
+		Now: func() time.Time { return time.UnixMilli(1_000_000) }}
+	if mod != nil {
+		mod(&cfg)
+	}
+	cfg.EnsureDefaults()
+	run := &handoverRun{store: store}
+	ev := EventListener{Handover: func(i HandoverInfo) { run.handovers = append(run.handovers, i) }}
+	ev.EnsureDefaults()
+	g := gate.New()
+	rec := &recoverer{src: src, store: store, ev: ev, log: cfg.Logger, topic: cfg.Topics.Changelog, skip: cfg.UnsafeNoWindowRecovery}
+	run.a = &applier{cfg: &cfg, store: store, gate: g, claims: &claims{}, outbox: &outbox{store: store},
+		ev: ev, partitions: 1, kp: newKeyPartition(), recover: rec,
+		handover: &restorer{cfg: &cfg, store: store, gate: g, rec: rec, ev: ev}}
+	return run
+}
+
+// claim makes the claim of partition 0 as ownership.claim would for an
+// empty store after an owner that judged the commands below judged.
+func (r *handoverRun) claim(judged int64) *claim {
+	c := newClaim(0, 1, 0, 0)
+	c.inheritedMaxNs = handoverSeenNs
+	c.maxEventNs.Store(handoverSeenNs)
+	c.judgedBelow = judged
+	c.changelogID = "cl"
+	c.restore = judged > 0
+	r.a.claims.put(c)
+	return c
+}
+
+// apply feeds recs in fetches of at most 7 records, each seeing the high
+// watermark end, and returns the changelog records the owner wrote.
+func (r *handoverRun) apply(t *testing.T, recs []*kgo.Record, end int64) []*kgo.Record {
+	t.Helper()
+	var out []*kgo.Record
+	for len(recs) > 0 {
+		n := min(7, len(recs))
+		fp := kgo.FetchTopicPartition{Topic: "membership.commands",
+			FetchPartition: kgo.FetchPartition{Partition: 0, Records: recs[:n], HighWatermark: end}}
+		if err := r.a.applyFetched(context.Background(), []kgo.FetchTopicPartition{fp}); err != nil {
+			t.Fatal(err)
+		}
+		recs = recs[n:]
+		for _, it := range r.a.outbox.take() {
+			if it.e.Topic == string(topics.Changelog) {
+				out = append(out, it.record())
+			}
+		}
+	}
+	return out
+}
+
+// exported is every user's dump and the commands checkpoint: what two
+// stores are compared by, byte for byte. The outbox and its counter are
+// left out: they are records still to produce, not state.
+func (r *handoverRun) exported(t *testing.T) map[uint64][]byte {
+	t.Helper()
+	out := make(map[uint64][]byte)
+	if err := r.store.Export(func(u uint64, d []byte) error {
+		out[u] = bytes.Clone(d)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cp, ok, err := r.store.Checkpoint("membership.commands", 0)
+	if err != nil || !ok {
+		t.Fatalf("commands checkpoint: %d, %v, %v", cp, ok, err)
+	}
+	out[^uint64(0)] = []byte(fmt.Sprint("checkpoint ", cp))
+	return out
+}
+
+// handoverCommands is the commands of partition 0: a hand-written part
+// with what a restore must carry (identities of applied and refused
+// commands, a moved boundary and its window, a reopened empty episode),
+// then a seeded mix; tail is where the first owner stopped. The tail
+// delivers commands again that must stay duplicates.
+func handoverCommands(rng *rand.Rand) (recs []*kgo.Record, tail int) {
+	const base = 900_000_000_000 // ns; record timestamps are 1e12 ns
+	cmd := func(op string, user uint64, atMs int64, rid string) {
+		v := fmt.Sprintf(`{"op":%q,"user_id":%d,"at_ns":%d`, op, user, base+atMs*1e6)
+		if rid != "" {
+			v += fmt.Sprintf(`,"request_id":%q`, rid)
+		}
+		recs = append(recs, &kgo.Record{Topic: "membership.commands", Offset: int64(len(recs)),
+			Key: topics.AppendUserID(nil, user), Value: []byte(v + "}"), Timestamp: time.UnixMilli(1_000_000)})
+	}
+	cmd("leave", 1, 100, "a")
+	cmd("rejoin", 1, 200, "")
+	cmd("leave", 2, 500, "")
+	cmd("rejoin", 2, 300, "") // refused: before the leave
+	cmd("leave", 3, 50, "")
+	cmd("rejoin", 3, 50, "") // the empty episode [50, 50)
+	cmd("leave", 4, 420, "") // late: a window up to what was decided
+	cmd("leave", 4, 410, "") // moves the boundary and the window back
+	recs = append(recs, &kgo.Record{Topic: "membership.commands", Offset: int64(len(recs)),
+		Key: []byte("5"), Value: []byte("not json"), Timestamp: time.UnixMilli(1_000_000)})
+	for range 300 {
+		user := 10 + rng.Uint64N(60)
+		op := "leave"
+		if rng.IntN(2) == 0 {
+			op = "rejoin"
+		}
+		cmd(op, user, rng.Int64N(800), fmt.Sprint(rng.IntN(3)))
+	}
+	tail = len(recs)
+	cmd("leave", 3, 10, "")   // reopens [50, 50) at 50 (history is never rewritten)
+	cmd("rejoin", 4, 600, "") // closes the windowed episode
+	cmd("leave", 6, 700, "")
+	cmd("leave", 1, 100, "a") // delivered again after the rejoin: a duplicate
+	cmd("leave", 2, 250, "")  // moves user 2's boundary before the refused rejoin
+	cmd("rejoin", 2, 300, "") // delivered again: a duplicate, not a close
+	for range 100 {
+		user := 10 + rng.Uint64N(60)
+		op := "leave"
+		if rng.IntN(2) == 0 {
+			op = "rejoin"
+		}
+		cmd(op, user, rng.Int64N(800), fmt.Sprint(rng.IntN(3)))
+	}
+	return recs, tail
+}
+
+// TestHandoverEqualsReplay: an owner with an empty store that restores
+// partition 0 from the changelog and applies the commands after it ends
+// with the same bytes in its store (every user's state, history,
+// late-leave windows, note and command identities, and the checkpoint) as
+// one that replays every command from offset 0 and recovers the windows
+// from the changelog. The first owner applied a few commands beyond the
+// judged offset, whose records reflect them (claim.reflected). A restore
+// that drops the identities differs on the users whose commands come
+// again after it (the control), and every changelog the restore must not
+// trust falls back to the replay.
+func TestHandoverEqualsReplay(t *testing.T) {
+	rng := rand.New(rand.NewPCG(16, 4))
+	recs, tail := handoverCommands(rng)
+	beyond := tail + 3 // the first owner applied these, but committed metadata judged only tail
+
+	first := newHandoverRun(t, &fakeChangelog{}, nil)
+	first.claim(0)
+	changelog := &fakeChangelog{recs: first.apply(t, recs[:beyond], int64(beyond))}
+	if len(changelog.recs) == 0 {
+		t.Fatal("the first owner wrote no changelog record")
+	}
+
+	replay := newHandoverRun(t, changelog, func(c *Config) { c.HandoverReplay = true })
+	replay.claim(int64(tail))
+	replay.apply(t, recs, int64(len(recs)))
+	want := replay.exported(t)
+	if len(replay.handovers) != 1 || replay.handovers[0].Source != "replay" {
+		t.Fatalf("replay: handovers %+v, want one replay", replay.handovers)
+	}
+
+	restored := newHandoverRun(t, changelog, nil)
+	restored.claim(int64(tail))
+	restored.apply(t, recs, int64(len(recs)))
+	if len(restored.handovers) != 1 || restored.handovers[0].Source != "changelog" {
+		t.Fatalf("restore: handovers %+v, want one from the changelog", restored.handovers)
+	}
+	if h := restored.handovers[0]; h.Reflected == 0 || h.Windows == 0 || h.Users < 60 {
+		t.Fatalf("restore: %+v; want users, windows and records reflecting commands beyond the judged offset", h)
+	}
+	if diff := diffStores(restored.exported(t), want); diff != "" {
+		t.Fatalf("restored store differs from the replay's:\n%s", diff)
+	}
+
+	// The control: without identities, the leave of user 1 delivered
+	// again reopens a leave after the rejoin, and the rejoin of user 2
+	// delivered again closes an episode.
+	control := newHandoverRun(t, changelog, func(c *Config) { c.UnsafeRestoreWithoutIdentities = true })
+	control.claim(int64(tail))
+	control.apply(t, recs, int64(len(recs)))
+	for _, u := range []uint64{1, 2} {
+		m, err := control.store.Member(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := replay.store.Member(u)
+		if m.Status == r.Status {
+			t.Errorf("control: user %d is %v as in the replay; a restore without identities should differ", u, m.Status)
+		}
+	}
+
+	// Changelogs a restore must not trust: each owner replays and ends
+	// as the replay did.
+	noHeader := &fakeChangelog{recs: stripHeader(changelog.recs, 2)}
+	for name, tc := range map[string]struct {
+		src  windowSource
+		id   string
+		want string
+	}{
+		"lossy":          {&fakeChangelog{recs: changelog.recs, lossy: errors.New("policy delete")}, "cl", "policy delete"},
+		"unreadable":     {&fakeChangelog{recs: changelog.recs, err: errors.New("broker gone")}, "cl", "broker gone"},
+		"no header":      {noHeader, "cl", "carry no restore header"},
+		"changelog id":   {changelog, noChangelogID, "does not name the changelog"},
+		"corrupt header": {&fakeChangelog{recs: corruptHeader(changelog.recs, 3)}, "cl", "does not decode"},
+		// The first fetch sees a high watermark below the judged offset.
+		"commands recreated": {changelog, "cl", "below the judged offset"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			run := newHandoverRun(t, tc.src, nil)
+			c := run.claim(int64(tail))
+			c.changelogID = tc.id
+			if name == "unreadable" {
+				// Window recovery retries until it reads; the restore
+				// does not wait for it.
+				run.a.recover.src = changelog
+				run.a.handover.rec = &recoverer{src: tc.src, store: run.store, ev: run.a.ev, log: run.a.cfg.Logger}
+			}
+			end := int64(len(recs))
+			if name == "commands recreated" {
+				end = int64(tail - 1)
+			}
+			run.apply(t, recs, end)
+			if len(run.handovers) != 1 || run.handovers[0].Source != "replay" ||
+				!strings.Contains(fmt.Sprint(run.handovers[0].Reason), tc.want) {
+				t.Fatalf("handovers %+v, want a replay because %q", run.handovers, tc.want)
+			}
+			if diff := diffStores(run.exported(t), want); diff != "" {
+				t.Fatalf("store differs from the replay's:\n%s", diff)
+			}
+		})
+	}
+}
+
+// diffStores lists the users whose dumps differ, with both.
+func diffStores(got, want map[uint64][]byte) string {
+	var b strings.Builder
+	for u, w := range want {
+		if g := got[u]; !bytes.Equal(g, w) {
+			fmt.Fprintf(&b, "user %d:\n  got  %x\n  want %x\n", u, g, w)
+		}
+	}
+	for u, g := range got {
+		if _, ok := want[u]; !ok {
+			fmt.Fprintf(&b, "user %d only in got: %x\n", u, g)
+		}
+	}
+	return b.String()
+}
+
+// stripHeader returns recs with the restore header of user's latest record
+// taken out (as a record trimmed to fit is written).
+func stripHeader(recs []*kgo.Record, user uint64) []*kgo.Record {
+	out := append([]*kgo.Record(nil), recs...)
+	for i := len(out) - 1; i >= 0; i-- {
+		if string(out[i].Key) == fmt.Sprint(user) {
+			r := *out[i]
+			r.Headers = nil
+			out[i] = &r
+			break
+		}
+	}
+	return out
+}
+
+// corruptHeader returns recs with a byte of user's latest restore header
+// changed.
+func corruptHeader(recs []*kgo.Record, user uint64) []*kgo.Record {
+	out := append([]*kgo.Record(nil), recs...)
+	for i := len(out) - 1; i >= 0; i-- {
+		if string(out[i].Key) == fmt.Sprint(user) {
+			r := *out[i]
+			h := bytes.Clone(r.Headers[0].Value)
+			h[9] = 9 // the dump's version
+			r.Headers = []kgo.RecordHeader{{Key: topics.HeaderRestore, Value: h}}
+			out[i] = &r
+			break
+		}
+	}
+	return out
+}

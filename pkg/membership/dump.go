@@ -1,0 +1,508 @@
+package membership
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"slices"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// A dump is every record the store keeps of one user, in one value: its
+// current state, history, late-leave windows and note (the users key
+// space) and the identities of every command applied to it or refused
+// (the identities space). [Batch.AppendDump] makes one; an [Import] writes
+// dumps into another store, byte for byte, so that a store can be rebuilt
+// from dumps kept elsewhere (the processor keeps each user's latest one in
+// a header of its changelog record) without replaying the commands: the
+// identities come along, so a command delivered again after the import is
+// still a duplicate (rule C5).
+//
+// Layout, version 1:
+//
+//	version (1 byte, 0x01) ‖ user_id u64 BE
+//	‖ n uvarint ‖ n × (key uvarint length ‖ key ‖ value uvarint length ‖ value)
+//	‖ m uvarint ‖ m × identity digest (16 bytes)
+//
+// where each key is a users-space key with its space byte and user ID
+// taken off (the tag and suffix), in key order, and the digests ascend.
+// A decoder checks every record as Restore does and the whole as one
+// member, and rejects trailing bytes.
+const dumpVersion = 1
+
+// maxDumpRecords bounds the records and identities a dump may claim to
+// hold, so that a hostile length cannot make a decoder allocate much: a
+// user has at most a few records per command, and a dump is carried in one
+// Kafka record.
+const maxDumpRecords = 1 << 20
+
+// AppendDump appends the dump of userID's records as the batch would
+// commit them to dst. It claims the user. A user without records dumps as
+// a dump of no records and no identities.
+func (b *Batch) AppendDump(dst []byte, userID uint64) (_ []byte, err error) {
+	if err := b.claim(userID); err != nil {
+		return dst, err
+	}
+	defer b.s.guard(fmt.Sprintf("dump user %d", userID), &err)
+	out, err := appendDump(b.pb, dst, userID)
+	if err != nil {
+		return dst, b.s.storageErr(fmt.Sprintf("dump user %d", userID), err)
+	}
+	return out, nil
+}
+
+// appendDump appends the dump of userID's records in r to dst.
+func appendDump(r reader, dst []byte, userID uint64) ([]byte, error) {
+	dst = append(dst, dumpVersion)
+	dst = binary.BigEndian.AppendUint64(dst, userID)
+	var recs []byte
+	n := 0
+	it, err := r.NewIter(&pebble.IterOptions{
+		LowerBound: appendStateKey(nil, userID),
+		UpperBound: appendUserUpperBound(nil, userID),
+	})
+	if err != nil {
+		return dst, err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			break // reported by it.Close
+		}
+		k := it.Key()[1+8:]
+		recs = binary.AppendUvarint(recs, uint64(len(k)))
+		recs = append(recs, k...)
+		recs = binary.AppendUvarint(recs, uint64(len(v)))
+		recs = append(recs, v...)
+		n++
+	}
+	if err := it.Close(); err != nil {
+		return dst, err
+	}
+	dst = binary.AppendUvarint(dst, uint64(n))
+	dst = append(dst, recs...)
+
+	lower, upper := identityBounds(userID)
+	it, err = r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return dst, err
+	}
+	var ids []byte
+	m := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()
+		if len(k) != identityKeyLen {
+			_ = it.Close()
+			return dst, corruptf(k, "identity key has %d bytes, want %d", len(k), identityKeyLen)
+		}
+		ids = append(ids, k[1+8:]...)
+		m++
+	}
+	if err := it.Close(); err != nil {
+		return dst, err
+	}
+	dst = binary.AppendUvarint(dst, uint64(m))
+	return append(dst, ids...), nil
+}
+
+// identityBounds returns the bounds of userID's identity keys.
+func identityBounds(userID uint64) (lower, upper []byte) {
+	lower = binary.BigEndian.AppendUint64([]byte{spaceIdentities}, userID)
+	if userID == ^uint64(0) {
+		return lower, []byte{spaceIdentities + 1}
+	}
+	return lower, binary.BigEndian.AppendUint64([]byte{spaceIdentities}, userID+1)
+}
+
+// Dump is a decoded dump: the member it holds and its records, ready to be
+// written.
+type Dump struct {
+	// Member is the user's state, history, late-leave windows and note,
+	// validated as Restore validates them. Its slices are its own.
+	Member Member
+	// Identities is how many command identities the dump holds.
+	Identities int
+
+	raw     []byte // the dump, a copy
+	records int    // users-space records in raw
+	ids     int    // where the identities start in raw
+}
+
+// WithoutIdentities returns d without its command identities, so that an
+// Import of it forgets which commands the user saw. It exists only for a
+// control run that shows what that breaks (rule C5); never use it
+// otherwise.
+func (d Dump) WithoutIdentities() Dump {
+	d.Identities = 0
+	return d
+}
+
+// each calls fn with the full key and the value of every record of d:
+// those of the users space, or of the identities space. key is only valid
+// during the call. d was checked by DecodeDump.
+func (d *Dump) each(space byte, fn func(key, value []byte) error) error {
+	var buf [64]byte
+	key := append(buf[:0], space)
+	key = binary.BigEndian.AppendUint64(key, d.Member.UserID)
+	if space == spaceIdentities {
+		for i := range d.Identities {
+			at := d.ids + i*identityDigestLen
+			if err := fn(append(key, d.raw[at:at+identityDigestLen]...), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rest := d.raw[1+8:]
+	_, k := binary.Uvarint(rest)
+	rest = rest[k:]
+	for range d.records {
+		l, k := binary.Uvarint(rest)
+		suffix := rest[k : k+int(l)]
+		rest = rest[k+int(l):]
+		l, k = binary.Uvarint(rest)
+		value := rest[k : k+int(l)]
+		rest = rest[k+int(l):]
+		if err := fn(append(key, suffix...), value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeDump decodes and checks a dump made by Batch.AppendDump. A dump
+// that does not decode exactly (an unknown version, a length past the end,
+// a record Restore would refuse, identities out of order, trailing bytes)
+// is an error wrapping ErrCorrupt. The Dump shares no memory with b.
+func DecodeDump(b []byte) (Dump, error) {
+	name := []byte("dump")
+	if len(b) < 1+8 {
+		return Dump{}, corruptf(name, "dump has %d bytes, want at least 9", len(b))
+	}
+	if b[0] != dumpVersion {
+		return Dump{}, corruptf(name, "dump version %d, want %d", b[0], dumpVersion)
+	}
+	b = bytes.Clone(b)
+	user := binary.BigEndian.Uint64(b[1:9])
+	rest := b[9:]
+	next := func(what string) ([]byte, error) {
+		l, k := binary.Uvarint(rest)
+		if k <= 0 || l > uint64(len(rest)-k) {
+			return nil, corruptf(name, "dump of user %d: %s length past the end", user, what)
+		}
+		out := rest[k : k+int(l)]
+		rest = rest[k+int(l):]
+		return out, nil
+	}
+	count := func(what string) (int, error) {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || n > maxDumpRecords {
+			return 0, corruptf(name, "dump of user %d: bad %s count", user, what)
+		}
+		rest = rest[k:]
+		return int(n), nil
+	}
+	n, err := count("record")
+	if err != nil {
+		return Dump{}, err
+	}
+	d := Dump{Member: Member{CommunityMembership: CommunityMembership{UserID: user}}, raw: b, records: n}
+	var a assembler
+	a.emit = func(m *Member) error {
+		d.Member.CommunityMembership = m.CommunityMembership
+		if len(m.History) > 0 {
+			d.Member.History = slices.Clone(m.History)
+		}
+		if len(m.LateLeaves) > 0 {
+			d.Member.LateLeaves = slices.Clone(m.LateLeaves)
+		}
+		return nil
+	}
+	var bufs [2][64]byte
+	var prev []byte
+	for i := range n {
+		k, err := next("key")
+		if err != nil {
+			return Dump{}, err
+		}
+		v, err := next("value")
+		if err != nil {
+			return Dump{}, err
+		}
+		key := appendUserKey(bufs[i%2][:0], user, 0)[:1+8]
+		key = append(key, k...)
+		if prev != nil && bytes.Compare(key, prev) <= 0 {
+			return Dump{}, corruptf(key, "dump of user %d: record out of key order", user)
+		}
+		kind := recordKind(0)
+		if uid, kd, _, err := decodeUserKey(key); err != nil {
+			return Dump{}, err
+		} else if uid != user {
+			return Dump{}, corruptf(key, "dump of user %d holds a record of user %d", user, uid)
+		} else {
+			kind = kd
+		}
+		if err := a.add(key, v); err != nil {
+			return Dump{}, err
+		}
+		if kind == kindNote {
+			d.Member.Note = v // in the dump's own copy
+		}
+		prev = key
+	}
+	if err := a.finish(); err != nil {
+		return Dump{}, err
+	}
+	m, err := count("identity")
+	if err != nil {
+		return Dump{}, err
+	}
+	if m*identityDigestLen != len(rest) {
+		return Dump{}, corruptf(name, "dump of user %d: %d identities in %d bytes, want %d", user, m, len(rest), m*identityDigestLen)
+	}
+	for i := 1; i < m; i++ {
+		if bytes.Compare(rest[(i-1)*identityDigestLen:i*identityDigestLen], rest[i*identityDigestLen:(i+1)*identityDigestLen]) >= 0 {
+			return Dump{}, corruptf(name, "dump of user %d: identities out of order", user)
+		}
+	}
+	d.Identities = m
+	d.ids = len(b) - len(rest)
+	return d, nil
+}
+
+// Import writes dumps into the store without reading it, with
+// checkpoints, all or nothing. It is how the processor rebuilds a
+// partition's users on an empty owner.
+//
+// Put writes each dump at once into sorted table files, one for the users
+// key space (the checkpoints follow it) and one for the identities, and
+// Commit ingests both (Pebble's Ingest, as CockroachDB applies a replica
+// snapshot): no write-ahead log, no sort of a batch of millions of keys,
+// nothing held in memory, and the files are in the store whole or not at
+// all.
+//
+// Like a Bulk it trusts the caller for what it cannot see without
+// reading: the store holds no records of the users it is given, and no
+// Batch is open on them. It checks that users come in ascending order,
+// each once. Each dump was checked by DecodeDump. An Import belongs to one
+// goroutine.
+type Import struct {
+	s           *Store
+	w           [2]*sstable.Writer // users space, identities space
+	paths       [2]string
+	n           int
+	last        uint64
+	checkpoints [][2][]byte
+	done        bool
+	err         error // the first error of a Put, which Commit returns
+}
+
+// NewImport returns an empty Import.
+func (s *Store) NewImport() *Import {
+	return &Import{s: s}
+}
+
+// Put writes the records of d, byte for byte as the dump holds them. Its
+// user must be above the previous Put's.
+func (im *Import) Put(d Dump) error {
+	if im.done {
+		return ErrBatchDone
+	}
+	if im.err != nil {
+		return im.err
+	}
+	if im.n > 0 && d.Member.UserID <= im.last {
+		return errInvalidf("import: user %d after user %d", d.Member.UserID, im.last)
+	}
+	if im.w[0] == nil {
+		if err := im.create(); err != nil {
+			im.err = im.s.storageErr("import", err)
+			return im.err
+		}
+	}
+	err := d.each(spaceUsers, im.w[0].Set)
+	if err == nil {
+		err = d.each(spaceIdentities, im.w[1].Set)
+	}
+	if err != nil {
+		im.err = im.s.storageErr(fmt.Sprintf("import user %d", d.Member.UserID), err)
+		return im.err
+	}
+	im.last = d.Member.UserID
+	im.n++
+	return nil
+}
+
+// create makes the two table files.
+func (im *Import) create() error {
+	fs := im.s.opts.FS
+	po := &pebble.Options{}
+	po.EnsureDefaults()
+	wo := po.MakeWriterOptions(0, im.s.db.TableFormat())
+	for i := range im.w {
+		path := fs.PathJoin(im.s.dir, fmt.Sprintf("import-%d-%d.sst", os.Getpid(), ingestSeq.Add(1)))
+		f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			return err
+		}
+		im.paths[i] = path
+		im.w[i] = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+	}
+	return nil
+}
+
+// SetCheckpoint stages a checkpoint, as Batch.SetCheckpoint does.
+func (im *Import) SetCheckpoint(topic string, partition int32, next int64) error {
+	if im.done {
+		return ErrBatchDone
+	}
+	if err := validCheckpoint(topic, partition); err != nil {
+		return err
+	}
+	if next < 0 {
+		return errInvalidf("checkpoint %s/%d: offset %d is negative", topic, partition, next)
+	}
+	v := encodeCheckpoint(next)
+	im.checkpoints = append(im.checkpoints, [2][]byte{appendCheckpointKey(nil, topic, partition), v[:]})
+	return nil
+}
+
+// Len returns the dumps written.
+func (im *Import) Len() int { return im.n }
+
+// Commit makes what was written part of the store, all or nothing, and
+// durably. The Import is done afterwards, whatever the result.
+func (im *Import) Commit() (err error) {
+	if im.done {
+		return ErrBatchDone
+	}
+	defer im.Close()
+	if im.err != nil {
+		return im.err
+	}
+	op := fmt.Sprintf("commit import of %d users", im.n)
+	if err := im.s.usable(op); err != nil {
+		return err
+	}
+	err = func() (err error) {
+		defer im.s.guardBare(&err)
+		if im.w[0] == nil {
+			if err := im.create(); err != nil {
+				return err
+			}
+		}
+		slices.SortFunc(im.checkpoints, func(a, b [2][]byte) int { return bytes.Compare(a[0], b[0]) })
+		for _, c := range im.checkpoints {
+			if err := im.w[0].Set(c[0], c[1]); err != nil {
+				return err
+			}
+		}
+		paths := make([]string, 0, 2)
+		for i, w := range im.w {
+			im.w[i] = nil
+			if err := w.Close(); err != nil {
+				return err
+			}
+			if md, err := w.Metadata(); err != nil {
+				return err
+			} else if md.Properties.NumEntries > 0 {
+				paths = append(paths, im.paths[i])
+			}
+		}
+		if len(paths) == 0 {
+			return nil
+		}
+		return im.s.db.Ingest(context.Background(), paths)
+	}()
+	if err != nil {
+		return im.s.storageErr(op, err)
+	}
+	return nil
+}
+
+// ingestSeq numbers the table files of imports, so that two never share
+// a name.
+var ingestSeq atomic.Uint64
+
+// Close discards what was not committed, and the table files. It is safe
+// after Commit.
+func (im *Import) Close() error {
+	im.done = true
+	for i, w := range im.w {
+		if w != nil {
+			_ = w.Close()
+			im.w[i] = nil
+		}
+	}
+	for i, p := range im.paths {
+		if p != "" {
+			_ = im.s.opts.FS.Remove(p) // Ingest linked it; the link stays
+			im.paths[i] = ""
+		}
+	}
+	return nil
+}
+
+// Export calls fn with the dump of every user with records, in ascending
+// user order, from one consistent view of the store: what a test compares
+// two stores with, user by user. The dump is only valid during the call.
+func (s *Store) Export(fn func(userID uint64, dump []byte) error) (err error) {
+	if err := s.usable("export"); err != nil {
+		return err
+	}
+	defer s.guard("export", &err)
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte{spaceUsers}, UpperBound: []byte{spaceUsers + 1}})
+	if err != nil {
+		return s.storageErr("export", err)
+	}
+	var users []uint64
+	for valid := it.First(); valid; valid = it.Next() {
+		u := binary.BigEndian.Uint64(it.Key()[1:9])
+		if len(users) == 0 || users[len(users)-1] != u {
+			users = append(users, u)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return s.storageErr("export", err)
+	}
+	// Users with identities but no record (a refused command only) have
+	// no records to restore either; they do not occur, as a refusal
+	// needs a Left user, but list them so that a comparison sees them.
+	it, err = snap.NewIter(&pebble.IterOptions{LowerBound: []byte{spaceIdentities}, UpperBound: []byte{spaceIdentities + 1}})
+	if err != nil {
+		return s.storageErr("export", err)
+	}
+	seen := make(map[uint64]bool, len(users))
+	for _, u := range users {
+		seen[u] = true
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		if u := binary.BigEndian.Uint64(it.Key()[1:9]); !seen[u] {
+			seen[u] = true
+			users = append(users, u)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return s.storageErr("export", err)
+	}
+	slices.Sort(users)
+	var buf []byte
+	for _, u := range users {
+		if buf, err = appendDump(snap, buf[:0], u); err != nil {
+			return s.storageErr("export", err)
+		}
+		if err := fn(u, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}

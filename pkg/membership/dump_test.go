@@ -1,0 +1,134 @@
+package membership
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestImportOfDumpsIsTheStore builds a store through commands of every
+// kind (leaves, rejoins, a refused rejoin, duplicates, a moved boundary, a
+// reopened empty episode, late-leave windows, notes), imports the dump of
+// each user into an empty store, and checks that both hold the same bytes
+// in the users and identities key spaces, and the checkpoint; then that a
+// command delivered again is a duplicate in the imported store too.
+func TestImportOfDumpsIsTheStore(t *testing.T) {
+	src := openMem(t)
+	b := src.NewBatch()
+	apply := func(c Command) {
+		t.Helper()
+		if _, err := b.Apply(c); err != nil && !errors.Is(err, ErrRejoinBeforeLeave) {
+			t.Fatalf("Apply(%+v): %v", c, err)
+		}
+	}
+	apply(Command{Op: OpLeave, UserID: 1, AtNs: 100, RequestID: "a"})
+	apply(Command{Op: OpRejoin, UserID: 1, AtNs: 200})
+	apply(Command{Op: OpLeave, UserID: 2, AtNs: 500})
+	apply(Command{Op: OpRejoin, UserID: 2, AtNs: 300}) // refused, remembered
+	apply(Command{Op: OpLeave, UserID: 2, AtNs: 400})  // moves left_at back
+	apply(Command{Op: OpLeave, UserID: 3, AtNs: 50})
+	apply(Command{Op: OpRejoin, UserID: 3, AtNs: 50}) // the empty episode
+	apply(Command{Op: OpLeave, UserID: 3, AtNs: 10})  // reopens it
+	apply(Command{Op: OpLeave, UserID: 4, AtNs: 70})
+	if err := b.RecordLateLeave(4, LateLeave{LeftAtNs: 70, ForwardedThroughNs: 90, Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	for u := uint64(1); u <= 5; u++ {
+		if err := b.SetNote(u, []byte(`{"n":`+strings.Repeat("9", int(u))+`}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SetCheckpoint("cmds", 3, 42); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	dst := openMem(t)
+	im := dst.NewImport()
+	defer im.Close()
+	var members []Member
+	if err := src.Export(func(u uint64, dump []byte) error {
+		d, err := DecodeDump(dump)
+		if err != nil {
+			return err
+		}
+		members = append(members, d.Member)
+		return im.Put(d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.SetCheckpoint("cmds", 3, 42); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 5 {
+		t.Fatalf("exported %d users, want 5", len(members))
+	}
+	if got, want := dumpSpaces(t, dst), dumpSpaces(t, src); got != want {
+		t.Fatalf("imported store differs\nimported:\n%s\nsource:\n%s", got, want)
+	}
+	checkMembers(t, dst, members)
+
+	// Rule C5 survives the import: the leave of user 1 and the refused
+	// rejoin of user 2, delivered again, change nothing.
+	for _, s := range []*Store{src, dst} {
+		for _, c := range []Command{{Op: OpLeave, UserID: 1, AtNs: 100, RequestID: "a"}, {Op: OpRejoin, UserID: 2, AtNs: 300}} {
+			ch, err := s.Apply(c)
+			if err != nil || !ch.Duplicate || ch.Changed {
+				t.Fatalf("%+v delivered again: %+v, %v; want a duplicate", c, ch, err)
+			}
+		}
+	}
+	if got, want := dumpSpaces(t, dst), dumpSpaces(t, src); got != want {
+		t.Fatalf("after the duplicates, imported store differs\nimported:\n%s\nsource:\n%s", got, want)
+	}
+}
+
+// dumpSpaces is dump without the metadata and outbox spaces: the format
+// version and outbox counter are not a user's.
+func dumpSpaces(t *testing.T, s *Store) string {
+	var keep []string
+	for _, line := range strings.Split(dump(t, s), "\n") {
+		if strings.HasPrefix(line, "01") || strings.HasPrefix(line, "02") || strings.HasPrefix(line, "05") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func TestDecodeDumpRefuses(t *testing.T) {
+	s := openMem(t)
+	mustOK(t)(s.Leave(7, 100))
+	mustOK(t)(s.Rejoin(7, 200))
+	var good []byte
+	if err := s.Export(func(_ uint64, d []byte) error { good = bytes.Clone(d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeDump(good); err != nil {
+		t.Fatalf("DecodeDump(good): %v", err)
+	}
+	for name, bad := range map[string][]byte{
+		"empty":    nil,
+		"version":  append([]byte{2}, good[1:]...),
+		"trailing": append(bytes.Clone(good), 0),
+		"cut":      good[:len(good)-1],
+		"no state": func() []byte {
+			// user 7 with its history record only
+			d := append([]byte(nil), good[:9]...)
+			d = append(d, 1, 9)
+			d = append(d, TagCommunityLeave, 0, 0, 0, 0, 0, 0, 0, 100)
+			d = append(d, 8, 200, 0, 0, 0, 0, 0, 0, 0)
+			return append(d, 0)
+		}(),
+		"huge count": append(append([]byte(nil), good[:9]...), 0xff, 0xff, 0xff, 0xff, 0x0f),
+	} {
+		if _, err := DecodeDump(bad); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: DecodeDump = %v, want ErrCorrupt", name, err)
+		}
+	}
+}
