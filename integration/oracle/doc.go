@@ -73,4 +73,17 @@
 // [Judge] does the judging on records in memory, so that tests feed it
 // synthetic runs; [Verify] reads Kafka and feeds it. A Judge is not safe
 // for concurrent use.
+//
+// # Memory
+//
+// A signal whose value is numbered ("sig-<seq>-…", as the chaos load
+// writes them) and that the rules leave to S5 alone (a user id in its
+// key's partition, no re-published copy, marked at most gated, far from
+// the size limit) is kept in a table indexed by its number: user,
+// timestamp, a CRC-32C of key and value, two flags and its output count,
+// 18 bytes; an output record is matched to it by number, user, timestamp
+// and CRC. Every other record is kept as a digest of about 600 bytes, as
+// before. An hour's soak (~90M signals) is judged in about 2 GiB. Verify
+// reads inputs before outputs, so that outputs find their signal in the
+// table; an output met first is kept in full until Report joins it.
 package oracle

@@ -20,15 +20,35 @@ type run struct {
 	j    *Judge
 	next map[string]map[int32]int64
 	seq  int
+	// numbered: signal values are "sig-<seq>-…", as the chaos load
+	// writes them, so that the Judge keeps them in its table (compact.go)
+	// rather than in full.
+	numbered bool
 }
 
-func newRun(t *testing.T) *run {
+func newRun(t *testing.T, numbered bool) *run {
 	t.Helper()
 	j, err := NewJudge(Config{Topics: testTopics, Partitions: testParts})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &run{t: t, j: j, next: make(map[string]map[int32]int64)}
+	return &run{t: t, j: j, next: make(map[string]map[int32]int64), numbered: numbered}
+}
+
+// valueStyles name the two ways a synthetic run's signals are kept:
+// opaque values in full, numbered ones in the table.
+var valueStyles = []struct {
+	name     string
+	numbered bool
+}{{"opaque", false}, {"numbered", true}}
+
+// value returns a new signal value, unique to the run.
+func (r *run) value() []byte {
+	r.seq++
+	if r.numbered {
+		return []byte("sig-" + strconv.Itoa(r.seq) + "-....")
+	}
+	return []byte("v" + strconv.Itoa(r.seq))
 }
 
 func (r *run) offset(topic string, p int32) int64 {
@@ -62,9 +82,8 @@ func (r *run) cmd(user uint64, op string, atMs int64, req string) Record {
 
 // rawSignal adds a signals record as given; its value is unique.
 func (r *run) rawSignal(key []byte, p int32, tsMs int64, hs ...Header) Record {
-	r.seq++
 	rec := Record{Partition: p, Offset: r.offset(testTopics.Signals, p), Key: key,
-		Value: []byte("v" + strconv.Itoa(r.seq)), Timestamp: tsMs, Headers: hs}
+		Value: r.value(), Timestamp: tsMs, Headers: hs}
 	r.j.AddSignal(rec)
 	return rec
 }

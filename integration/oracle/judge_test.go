@@ -252,19 +252,21 @@ func TestJudge(t *testing.T) {
 			r.forward(r.sig(1, 10, gated))
 		}, counts{Expected: 1, Contradictions: 1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRun(t)
-			tc.build(r)
-			rep := r.j.Report()
-			if got := countsOf(rep); got != tc.want {
-				t.Fatalf("counts\n %+v\nwant\n %+v\n%s", got, tc.want, rep.Details())
-			}
-			if rep.Damage() != tc.want.damage() {
-				t.Fatalf("Damage() = %d, want %d", rep.Damage(), tc.want.damage())
-			}
-			if (rep.Damage() > 0 || rep.Late > 0) != (rep.Details() != "") {
-				t.Fatalf("damage %d, late %d, details %q", rep.Damage(), rep.Late, rep.Details())
-			}
-		})
+		for _, style := range valueStyles {
+			t.Run(tc.name+"/"+style.name, func(t *testing.T) {
+				r := newRun(t, style.numbered)
+				tc.build(r)
+				rep := r.j.Report()
+				if got := countsOf(rep); got != tc.want {
+					t.Fatalf("counts\n %+v\nwant\n %+v\n%s", got, tc.want, rep.Details())
+				}
+				if rep.Damage() != tc.want.damage() {
+					t.Fatalf("Damage() = %d, want %d", rep.Damage(), tc.want.damage())
+				}
+				if (rep.Damage() > 0 || rep.Late > 0) != (rep.Details() != "") {
+					t.Fatalf("damage %d, late %d, details %q", rep.Damage(), rep.Late, rep.Details())
+				}
+			})
+		}
 	}
 }

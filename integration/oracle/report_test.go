@@ -11,7 +11,13 @@ import (
 // TestReportCounts checks the descriptive counts of a Report on one run
 // that has a bit of everything.
 func TestReportCounts(t *testing.T) {
-	r := newRun(t)
+	for _, style := range valueStyles {
+		t.Run(style.name, func(t *testing.T) { testReportCounts(t, style.numbered) })
+	}
+}
+
+func testReportCounts(t *testing.T, numbered bool) {
+	r := newRun(t, numbered)
 	r.cmd(1, "leave", 100, "a")
 	r.cmd(1, "rejoin", 200, "b")
 	dup := r.cmd(1, "leave", 150, "c")
