@@ -362,10 +362,15 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	}
 
 	r.logf("verifying")
-	rep, err := oracle.Verify(ctx, r.h.brokers, oracleTopics(r.set), &oracle.Options{Grace: o.verifyGrace, MaxFutureSkew: o.maxFutureSkew})
+	vo := &oracle.Options{Grace: o.verifyGrace, MaxFutureSkew: o.maxFutureSkew}
+	if r.sc.name == soakName {
+		vo.ReadTimeout = soakJudgeSpan(o.soakDuration) // each topic of an hour's load: ~90M records
+	}
+	rep, err := oracle.Verify(ctx, r.h.brokers, oracleTopics(r.set), vo)
 	if err != nil {
 		return rep, err
 	}
+	r.logf("oracle: %d signals judged in %v; this process's peak RSS %s", rep.SignalsIn, rep.Took.Round(time.Second), peakRSS())
 	if want := load.final.SignalIDs() * len(r.set.Inputs()); rep.SignalsIn != want {
 		return rep, fmt.Errorf("the inputs hold %d signals, the load produced %d (%d to each of %d inputs)",
 			rep.SignalsIn, want, load.final.SignalIDs(), len(r.set.Inputs()))
