@@ -6,18 +6,20 @@ import (
 )
 
 // The compact table: how the oracle judges a load of ~100M signals in
-// ~20 bytes each.
+// about 5 bytes each.
 //
 // A load's signals are numbered: their values start "sig-<seq>-" (the
 // convention of the chaos load; the oracle parses it with its own code).
 // A signal record that the rules leave to S5 alone (its key a user id, in
 // its key's partition, not a re-published copy, marked at most gated, far
 // below the outputs' size limit) and whose value is numbered is kept in a
-// table indexed by its number: its user, its timestamp, a CRC of its key
-// and value, whether it was marked gated, and how many output records
-// carry it. An output record with that number and the same user,
-// timestamp and CRC is that signal (the cohort keeps key, value and
-// timestamp; the full judge identifies a signal by the same three). Any
+// table indexed by its number: the CRC-32C of its key, value and
+// timestamp, whether it was marked gated, and how many output records
+// carry it. An output record with that number and CRC is that signal (the
+// cohort keeps key, value and timestamp; the full judge identifies a
+// signal by the same three). Its user and time are kept beside it, unless
+// the Judge was sealed when it came and it lies in no final episode: it
+// must then be forwarded exactly once, whoever and whenever it is. Any
 // other record (a hostile one, one whose number is taken by a different
 // signal, an output record met before its input) goes to the full judge
 // as before, which keeps a digest of each (about 600 bytes); Report joins
@@ -33,7 +35,7 @@ const seqPrefix = "sig-"
 // is judged in full. It bounds the table's directory to 2^18 chunks.
 const maxSeq = 1 << 34
 
-// chunkBits sizes the table's chunks: 2^16 slots, about 1.2 MB each,
+// chunkBits sizes the table's chunks: 2^16 slots, 320 KiB each,
 // allocated when a number in their range first arrives.
 const chunkBits = 16
 
@@ -61,7 +63,8 @@ func parseSeq(value []byte) (uint64, bool) {
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // seqKey is what the table keeps to recognise a numbered signal: its
-// number, user, timestamp (ms) and the CRC of its key and value.
+// number, user and timestamp (ms), and the CRC-32C of its key, value and
+// timestamp.
 type seqKey struct {
 	seq  uint64
 	user uint32
@@ -80,31 +83,48 @@ func seqKeyOf(r Record) (seqKey, bool) {
 	if !ok || user > math.MaxUint32 {
 		return seqKey{}, false
 	}
-	crc := crc32.Update(crc32.Checksum(r.Key, castagnoli), castagnoli, []byte{0xff})
+	var b [9]byte
+	b[0] = 0xff
+	for i := range 8 {
+		b[1+i] = byte(uint64(r.Timestamp) >> (56 - 8*i))
+	}
+	crc := crc32.Update(crc32.Checksum(r.Key, castagnoli), castagnoli, b[:1])
 	crc = crc32.Update(crc, castagnoli, r.Value)
+	crc = crc32.Update(crc, castagnoli, b[1:])
 	return seqKey{seq: seq, user: uint32(user), ms: r.Timestamp, crc: crc}, true
 }
 
-// Slot flags.
+// A slot's state: three flags and, above them, its output records up to
+// maxSlotCount (more in seqTable.more).
 const (
 	slotPresent uint8 = 1 << iota // an input record of the signal was read
 	slotGated                     // one of them was marked ExpectGated
+	// slotOutside: the signal arrived after Seal and lies in no final
+	// episode of its user: it must be forwarded exactly once, and the
+	// table keeps neither its user nor its time (5 bytes a signal).
+	slotOutside
+	countShift   = 3
+	maxSlotCount = math.MaxUint8 >> countShift
 )
 
-// seqChunk holds 2^chunkBits slots, column by column (18 bytes a slot).
+// seqChunk holds 2^chunkBits slots, column by column (5 bytes a slot).
 type seqChunk struct {
-	ms    [1 << chunkBits]int64
-	user  [1 << chunkBits]uint32
 	crc   [1 << chunkBits]uint32
-	flags [1 << chunkBits]uint8
-	count [1 << chunkBits]uint8 // output records, up to 255; more in seqTable.more
+	state [1 << chunkBits]uint8
+}
+
+// sideSlot is the user and time of a slot that is not slotOutside.
+type sideSlot struct {
+	ms   int64
+	user uint32
 }
 
 // seqTable is one route's numbered signals.
 type seqTable struct {
 	chunks  []*seqChunk
 	present int
-	more    map[uint64]int // output records beyond 255, by number
+	side    map[uint64]sideSlot // user and time of the slots not outside every episode
+	more    map[uint64]int      // output records beyond maxSlotCount, by number
 }
 
 // slot returns the chunk and index of seq, allocating the chunk when
@@ -126,29 +146,50 @@ func (t *seqTable) slot(seq uint64, alloc bool) (*seqChunk, int) {
 	return t.chunks[c], int(seq & (1<<chunkBits - 1))
 }
 
+// holds reports whether slot i of c (number seq) is the signal k.
+func (t *seqTable) holds(c *seqChunk, i int, k seqKey) bool {
+	if c.crc[i] != k.crc {
+		return false
+	}
+	if c.state[i]&slotOutside != 0 {
+		return true // key, value and timestamp agree by their CRC
+	}
+	s := t.side[k.seq]
+	return s.ms == k.ms && s.user == k.user
+}
+
 // match reports whether k's slot holds a signal and it is k's.
 func (t *seqTable) match(k seqKey) (*seqChunk, int, bool) {
 	c, i := t.slot(k.seq, false)
-	if c == nil || c.flags[i]&slotPresent == 0 {
+	if c == nil || c.state[i]&slotPresent == 0 {
 		return nil, 0, false
 	}
-	return c, i, c.ms[i] == k.ms && c.user[i] == k.user && c.crc[i] == k.crc
+	return c, i, t.holds(c, i, k)
 }
 
 // addInput takes an input record of the signal k that reached rule S5;
-// false when k's number belongs to another signal (the record is then
-// for the full judge).
-func (t *seqTable) addInput(k seqKey, gated bool) bool {
+// outside says it lies in no final episode (known once the Judge is
+// sealed). It returns false when k's number belongs to another signal
+// (the record is then for the full judge).
+func (t *seqTable) addInput(k seqKey, gated, outside bool) bool {
 	c, i := t.slot(k.seq, true)
 	switch {
-	case c.flags[i]&slotPresent == 0:
-		c.ms[i], c.user[i], c.crc[i], c.flags[i] = k.ms, k.user, k.crc, slotPresent
+	case c.state[i]&slotPresent == 0:
+		c.crc[i], c.state[i] = k.crc, slotPresent
+		if outside {
+			c.state[i] |= slotOutside
+		} else {
+			if t.side == nil {
+				t.side = make(map[uint64]sideSlot)
+			}
+			t.side[k.seq] = sideSlot{ms: k.ms, user: k.user}
+		}
 		t.present++
-	case c.ms[i] != k.ms || c.user[i] != k.user || c.crc[i] != k.crc:
+	case !t.holds(c, i, k):
 		return false
 	}
 	if gated {
-		c.flags[i] |= slotGated
+		c.state[i] |= slotGated
 	}
 	return true
 }
@@ -160,20 +201,20 @@ func (t *seqTable) addOutput(k seqKey) bool {
 	if !ok {
 		return false
 	}
-	if c.count[i] == math.MaxUint8 {
+	if c.state[i]>>countShift == maxSlotCount {
 		if t.more == nil {
 			t.more = make(map[uint64]int)
 		}
 		t.more[k.seq]++
 		return true
 	}
-	c.count[i]++
+	c.state[i] += 1 << countShift
 	return true
 }
 
 // outputs is the output records counted for the slot.
 func (t *seqTable) outputs(c *seqChunk, i int, seq uint64) int {
-	return int(c.count[i]) + t.more[seq]
+	return int(c.state[i]>>countShift) + t.more[seq]
 }
 
 // each calls fn for every signal of the table in number order.
@@ -182,8 +223,8 @@ func (t *seqTable) each(fn func(seq uint64, c *seqChunk, i int)) {
 		if c == nil {
 			continue
 		}
-		for i := range c.flags {
-			if c.flags[i]&slotPresent != 0 {
+		for i := range c.state {
+			if c.state[i]&slotPresent != 0 {
 				fn(uint64(ci)<<chunkBits|uint64(i), c, i)
 			}
 		}

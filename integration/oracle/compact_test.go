@@ -39,7 +39,7 @@ func TestJudgeTable(t *testing.T) {
 	numbered := func(r *run, user uint64, p int32, seq int, tsMs int64, hs ...Header) Record {
 		rec := Record{Partition: p, Offset: r.offset(testTopics.Signals, p), Key: []byte(keyOf(user)),
 			Value: []byte("sig-" + strconv.Itoa(seq) + "-...."), Timestamp: tsMs, Headers: hs}
-		r.j.AddSignal(rec)
+		r.add(kindSignal, 0, rec)
 		return rec
 	}
 	for _, tc := range []struct {
@@ -106,6 +106,13 @@ func TestJudgeTable(t *testing.T) {
 			r.forward(a)
 		}, counts{Leaked: 1}, 1, 1},
 
+		{"a signal in an episode, gated, not forwarded; one outside it, forwarded", func(r *run) {
+			r.cmd(1, "leave", 100, "a")
+			r.changelog(1, left(100))
+			numbered(r, 1, right("1"), 5, 150, gated)
+			r.forward(numbered(r, 1, right("1"), 6, 90))
+		}, counts{Expected: 1}, 2, 2},
+
 		{"forwarded 300 times: 299 duplicates", func(r *run) {
 			a := numbered(r, 1, right("1"), 5, 10)
 			for range 300 {
@@ -117,30 +124,32 @@ func TestJudgeTable(t *testing.T) {
 			a := numbered(r, 1, right("1"), 5, 10, Header{HeaderExpect, []byte(ExpectTimestampSkew)})
 			r.deadLetter(testTopics.Signals, a, reasonTimestampSkew)
 			rec := Record{Partition: 0, Offset: r.offset(testTopics.Signals, 0), Key: []byte("x"), Value: []byte("sig-6-"), Timestamp: 10}
-			r.j.AddSignal(rec)
+			r.add(kindSignal, 0, rec)
 			r.forward(rec)
 		}, counts{Unknown: 1, Poison: 1}, 2, 0},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRun(t, true)
-			tc.build(r)
-			rep := r.j.Report()
-			if got := countsOf(rep); got != tc.want {
-				t.Fatalf("counts\n %+v\nwant\n %+v\n%s", got, tc.want, rep.Details())
-			}
-			if rep.SignalsIn != tc.signalsIn {
-				t.Fatalf("SignalsIn = %d, want %d", rep.SignalsIn, tc.signalsIn)
-			}
-			if got := r.j.paths[0].table.present; got != tc.inTable {
-				t.Fatalf("the table holds %d signals, want %d", got, tc.inTable)
-			}
-		})
+		for _, style := range valueStyles[1:] {
+			t.Run(tc.name+"/"+style.name, func(t *testing.T) {
+				r := newRun(t, style)
+				tc.build(r)
+				rep := r.report()
+				if got := countsOf(rep); got != tc.want {
+					t.Fatalf("counts\n %+v\nwant\n %+v\n%s", got, tc.want, rep.Details())
+				}
+				if rep.SignalsIn != tc.signalsIn {
+					t.Fatalf("SignalsIn = %d, want %d", rep.SignalsIn, tc.signalsIn)
+				}
+				if got := r.j.paths[0].table.present; got != tc.inTable {
+					t.Fatalf("the table holds %d signals, want %d", got, tc.inTable)
+				}
+			})
+		}
 	}
 }
 
 // TestJudgeTableMemory judges a load of numbered signals, each forwarded
-// once, and checks that what the Judge holds grows by the table's ~18
-// bytes a signal, not by a digest's hundreds.
+// once, after Seal (as Verify does), and checks that what the Judge holds
+// grows by the table's 5 bytes a signal, not by a digest's hundreds.
 func TestJudgeTableMemory(t *testing.T) {
 	n := 1 << 20
 	if testing.Short() {
@@ -150,6 +159,7 @@ func TestJudgeTableMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	j.Seal()
 	before := heapInUse()
 	addNumbered(j, n)
 	after := heapInUse()
@@ -159,8 +169,8 @@ func TestJudgeTableMemory(t *testing.T) {
 	}
 	perSignal := float64(after-before) / float64(n)
 	t.Logf("%d signals: %.1f bytes each", n, perSignal)
-	if perSignal > 40 {
-		t.Fatalf("the Judge holds %.1f bytes a signal, want at most 40 (the table's 18 and its chunk of slack)", perSignal)
+	if perSignal > 8 {
+		t.Fatalf("the Judge holds %.1f bytes a signal, want at most 8 (the table's 5 and its directory)", perSignal)
 	}
 	runtime.KeepAlive(j)
 }
@@ -213,6 +223,7 @@ func BenchmarkJudgeTable(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		j.Seal()
 		before := heapInUse()
 		addNumbered(j, n)
 		b.ReportMetric(float64(heapInUse()-before)/n, "B/signal")

@@ -42,8 +42,9 @@ type Config struct {
 // Judge judges one run from its records, which the caller hands it topic by
 // topic: each topic's records in offset order within each partition
 // (partitions may interleave, and topics may come in any order). It keeps
-// a digest of each record, not the record: 18 bytes for a numbered signal
-// (compact.go), a few hundred for any other. Report applies the rules.
+// a digest of each record, not the record: 5 to 40 bytes for a numbered
+// signal (compact.go), a few hundred for any other. Report applies the
+// rules.
 //
 // A Judge is not safe for concurrent use.
 type Judge struct {
@@ -58,6 +59,9 @@ type Judge struct {
 	dlqCount  int
 	changelog map[uint64][]changelogEntry
 	badKeys   []string // changelog records whose key is no user id
+	// sealed is the users' final state once Seal was called: every
+	// command is in.
+	sealed map[uint64]*member
 }
 
 // path is what the Judge keeps of one route: its input's signals and its
@@ -190,8 +194,20 @@ type changelogEntry struct {
 	err error
 }
 
-// AddCommand takes a record of the commands topic.
+// Seal tells the Judge that every record of the commands topic was
+// handed to it: each user's final episodes are known, so a numbered
+// signal that lies in none of them is kept in 5 bytes from then on, not
+// 18 (compact.go). AddCommand panics after Seal. Verify reads the
+// commands first and seals.
+func (j *Judge) Seal() {
+	j.sealed = j.applyCommands(&Report{})
+}
+
+// AddCommand takes a record of the commands topic. It panics after Seal.
 func (j *Judge) AddCommand(r Record) {
+	if j.sealed != nil {
+		panic("oracle: AddCommand after Seal")
+	}
 	c := commandRecord{at: pos{r.Partition, r.Offset}, sha: sha256Hex(r.Value),
 		what: "command " + j.cfg.Topics.Commands + " " + pos{r.Partition, r.Offset}.String() + " key " + quoteKey(r.Key)}
 	user, ok := parseUserID(r.Key)
@@ -226,8 +242,11 @@ func (j *Judge) AddSignal(r Record) { j.AddRouteSignal(0, r) }
 func (j *Judge) AddRouteSignal(i int, r Record) {
 	p := j.paths[i]
 	k, numbered := seqKeyOf(r)
-	if numbered && j.reachesS5Alone(r) && p.table.addInput(k, headerOr(r, HeaderExpect) == ExpectGated) {
-		return
+	if numbered && j.reachesS5Alone(r) {
+		outside := j.sealed != nil && !j.sealed[uint64(k.user)].holds(msToNs(k.ms))
+		if p.table.addInput(k, headerOr(r, HeaderExpect) == ExpectGated, outside) {
+			return
+		}
 	}
 	id := idOf(r)
 	at := pos{r.Partition, r.Offset}

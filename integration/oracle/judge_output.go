@@ -152,7 +152,7 @@ func (j *Judge) judgeSignals(rep *Report, p *path, members map[uint64]*member, w
 				joined[s.seq.seq] = true
 				rep.SignalsIn--
 				v.eligible = true
-				v.gated = v.gated || c.flags[i]&slotGated != 0
+				v.gated = v.gated || c.state[i]&slotGated != 0
 				v.seen += p.table.outputs(c, i, s.seq.seq) + extra[s.seq.seq]
 			}
 		}
@@ -162,10 +162,16 @@ func (j *Judge) judgeSignals(rep *Report, p *path, members map[uint64]*member, w
 		if joined[seq] {
 			return
 		}
-		v := signalVerdict{user: uint64(c.user[i]), eventNs: msToNs(c.ms[i]), eligible: true, gated: c.flags[i]&slotGated != 0,
-			seen: p.table.outputs(c, i, seq) + extra[seq]}
-		v.what = func() string {
-			return "signal " + p.in + " number " + formatUint(seq) + " of user " + formatUint(v.user) + " at " + formatNs(v.eventNs)
+		v := signalVerdict{eligible: true, gated: c.state[i]&slotGated != 0, seen: p.table.outputs(c, i, seq) + extra[seq],
+			outside: c.state[i]&slotOutside != 0}
+		if v.outside {
+			v.what = func() string { return "signal " + p.in + " number " + formatUint(seq) }
+		} else {
+			side := p.table.side[seq]
+			v.user, v.eventNs = uint64(side.user), msToNs(side.ms)
+			v.what = func() string {
+				return "signal " + p.in + " number " + formatUint(seq) + " of user " + formatUint(v.user) + " at " + formatNs(v.eventNs)
+			}
 		}
 		j.judgeSignal(rep, v, members, windows, forwardedIn)
 	})
@@ -189,6 +195,9 @@ type signalVerdict struct {
 	eligible bool // a record of it reached rule S5
 	gated    bool // marked ExpectGated
 	seen     int  // its output records
+	// outside: the Judge was sealed when the signal came, and it lies
+	// in no final episode of its user (who, and when, is not kept).
+	outside  bool
 	what     func() string
 	tooLarge func() bool // nil unless rule S3 may have dead-lettered it: whether it did
 }
@@ -207,7 +216,7 @@ func (j *Judge) judgeSignal(rep *Report, v signalVerdict, members map[uint64]*me
 		return
 	}
 	m := members[v.user]
-	in := m.holds(v.eventNs)
+	in := !v.outside && m.holds(v.eventNs)
 	if v.gated {
 		rep.Gated++
 	}

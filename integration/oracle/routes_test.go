@@ -61,9 +61,9 @@ func TestJudgeRoutes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				r := &routesRun{run: &run{t: t, j: j, next: make(map[string]map[int32]int64), numbered: style.numbered}, routes: topics.routes()}
+				r := &routesRun{run: &run{t: t, j: j, next: make(map[string]map[int32]int64), valueStyle: style}, routes: topics.routes()}
 				tc.build(r)
-				rep := j.Report()
+				rep := r.report()
 				if got := countsOf(rep); got != tc.want {
 					t.Errorf("counts = %+v, want %+v\n%s", got, tc.want, rep.Details())
 				}
@@ -85,7 +85,7 @@ type routesRun struct {
 func (r *routesRun) raw(i int, key []byte, p int32, tsMs int64, hs ...Header) Record {
 	rec := Record{Partition: p, Offset: r.offset(r.routes[i].Signals, p), Key: key,
 		Value: r.value(), Timestamp: tsMs, Headers: hs}
-	r.j.AddRouteSignal(i, rec)
+	r.add(kindSignal, i, rec)
 	return rec
 }
 
@@ -99,6 +99,6 @@ func (r *routesRun) forward(i int, recs ...Record) {
 	for _, rec := range recs {
 		cp := rec
 		cp.Offset = r.offset(r.routes[i].Cohort, rec.Partition)
-		r.j.AddRouteCohort(i, cp)
+		r.add(kindCohort, i, cp)
 	}
 }
