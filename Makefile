@@ -194,8 +194,8 @@ bench-scale:
 # "Soak", states the rule): one processor binary for DURATION under a
 # steady load of leaves, rejoins and the hostile mix, at RATE signals/s,
 # or with RATE=0 half the maximum a short probe measures first (uncapped:
-# the oracle judges an hour's ~90M signals in about 2 GiB; SOAK_FLAGS
-# --soak-max-signals N lowers the rate to fit N, as CI does). Samples RSS,
+# the oracle keeps ~5 bytes a signal; SOAK_FLAGS --soak-max-signals N
+# lowers the rate to fit N, as CI does). Samples RSS,
 # Go heap, goroutines, gate members, held bytes and consumer lag every
 # 10s into bin/soak/soak-<run>.csv and .png, prints a verdict table, and
 # exits non-zero when a metric grows without bound once warm or the oracle

@@ -52,11 +52,12 @@
 // --rate 0, half the maximum a probe measures first: a backlog of
 // --soak-probe-signals signals on topics of their own, drained by a fresh
 // processor; the maximum is the signals its group commits per second. The
-// oracle keeps the load's numbered signals in about 20 bytes each
-// (integration/oracle, compact.go), so an hour at half the maximum (~90M
-// signals) is judged in about 2 GiB; --soak-max-signals (default none)
-// lowers the rate to fit a budget, as CI's three minutes do, and the first
-// line says which rate it took and why.
+// oracle keeps the load's numbered signals in about 5 bytes each
+// (integration/oracle, compact.go) and the load draws each signal's user
+// as it goes, so an hour at half the maximum (~900M signals at 240k/s) is
+// judged in a few GiB; --soak-max-signals (default none) lowers the rate
+// to fit a budget, as CI's three minutes do, and the first line says which
+// rate it took and why.
 //
 // Every --soak-every the harness reads the processor's /metrics: RSS
 // (process_resident_memory_bytes), Go heap in use

@@ -70,8 +70,8 @@ func soakLoad(rate float64, d time.Duration, maxSignals int) (float64, int, bool
 
 // soakJudgeSpan is how long a soak of d may take beyond its load: the
 // wait for the last decisions, then reading every topic back and judging
-// it (the oracle reads ~1M records/s here; an hour at 25k signals/s has
-// 180M in and out), with room for a busy machine.
+// it (the oracle reads ~1M records/s here; an hour at 240k signals/s has
+// 860M in and 860M out), with room for a busy machine.
 func soakJudgeSpan(d time.Duration) time.Duration {
 	return 20*time.Minute + d/2
 }
