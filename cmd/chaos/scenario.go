@@ -365,7 +365,7 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	r.logf("verifying")
 	vo := &oracle.Options{Grace: o.verifyGrace, MaxFutureSkew: o.maxFutureSkew}
 	if r.sc.name == soakName {
-		vo.ReadTimeout = soakJudgeSpan(o.soakDuration) // each topic of an hour's load: ~900M records
+		vo.ReadTimeout = soakJudgeSpan(o.soakDuration) // each topic of an hour's load: up to ~900M records
 		// The oracle's table is a few GiB that live to the end: collect
 		// when the heap grows by a fifth of it, not by all of it again.
 		defer debug.SetGCPercent(debug.SetGCPercent(20))

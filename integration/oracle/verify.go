@@ -104,7 +104,7 @@ func Verify(ctx context.Context, brokers []string, topics Topics, opts *Options)
 // of its own, concurrently, and hands every record to add, one at a time:
 // each partition in offset order, partitions interleaved, as the Judge
 // takes them. Fetching and decoding, most of the work of reading an
-// hour's soak back (~900M records a topic), then run on every core.
+// hour's soak back (up to ~900M records a topic), then run on every core.
 func readPartitions(ctx context.Context, opts []kgo.Opt, topic string, upTo map[int32]int64, add func(Record)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
