@@ -177,7 +177,11 @@ func TestJudgeTableMemory(t *testing.T) {
 
 // addNumbered hands j n numbered signals of 1000 users, each with its
 // output record, as Verify would: inputs first.
-func addNumbered(j *Judge, n int) {
+func addNumbered(j *Judge, n int) { addSignals(j, n, "sig-") }
+
+// addSignals hands j n signals whose values start with prefix and their
+// number, each with its output record, inputs first.
+func addSignals(j *Judge, n int, prefix string) {
 	value := make([]byte, 0, 100)
 	rec := Record{}
 	offsets := make([]int64, testParts)
@@ -187,7 +191,7 @@ func addNumbered(j *Judge, n int) {
 		rec.Partition = partitionOf(rec.Key, testParts)
 		rec.Offset = offsets[rec.Partition]
 		offsets[rec.Partition]++
-		value = append(strconv.AppendInt(append(value[:0], "sig-"...), int64(seq), 10), "-......"...)
+		value = append(strconv.AppendInt(append(value[:0], prefix...), int64(seq), 10), "-......"...)
 		rec.Value = value
 		rec.Timestamp = 1_700_000_000_000 + int64(seq)
 		j.AddSignal(rec)
@@ -199,7 +203,7 @@ func addNumbered(j *Judge, n int) {
 		rec.Partition = partitionOf(rec.Key, testParts)
 		rec.Offset = offsets[rec.Partition]
 		offsets[rec.Partition]++
-		value = append(strconv.AppendInt(append(value[:0], "sig-"...), int64(seq), 10), "-......"...)
+		value = append(strconv.AppendInt(append(value[:0], prefix...), int64(seq), 10), "-......"...)
 		rec.Value = value
 		rec.Timestamp = 1_700_000_000_000 + int64(seq)
 		j.AddCohort(rec)
@@ -214,22 +218,34 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// BenchmarkJudgeTable prints what a numbered signal costs the Judge: its
-// input and output record added, and its share of Report.
+// BenchmarkJudgeTable prints what a signal costs the Judge, its input
+// and its output record added and its share of Report, kept in full
+// (opaque values), in the table as they come, and in the table after
+// Seal (as Verify does).
 func BenchmarkJudgeTable(b *testing.B) {
 	const n = 1 << 20
-	for b.Loop() {
-		j, err := NewJudge(Config{Topics: testTopics, Partitions: testParts})
-		if err != nil {
-			b.Fatal(err)
-		}
-		j.Seal()
-		before := heapInUse()
-		addNumbered(j, n)
-		b.ReportMetric(float64(heapInUse()-before)/n, "B/signal")
-		if rep := j.Report(); rep.Damage() != 0 {
-			b.Fatal(rep.Details())
-		}
+	for _, style := range valueStyles {
+		b.Run(style.name, func(b *testing.B) {
+			prefix := "v-"
+			if style.numbered {
+				prefix = "sig-"
+			}
+			for b.Loop() {
+				j, err := NewJudge(Config{Topics: testTopics, Partitions: testParts})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if style.sealed {
+					j.Seal()
+				}
+				before := heapInUse()
+				addSignals(j, n, prefix)
+				b.ReportMetric(float64(heapInUse()-before)/n, "B/signal")
+				if rep := j.Report(); rep.Damage() != 0 || rep.Expected != n {
+					b.Fatal(rep.Details())
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/signal")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/signal")
 }
