@@ -211,8 +211,9 @@ bench-handover:
 # The soak of issue 14 (cmd/chaos --scenarios soak; its package comment,
 # "Soak", states the rule): one processor binary for DURATION under a
 # steady load of leaves, rejoins and the hostile mix, at RATE signals/s,
-# or with RATE=0 half the maximum a short probe measures first (capped so
-# the oracle can judge the whole load: --soak-max-signals). Samples RSS,
+# or with RATE=0 half the maximum a short probe measures first (uncapped:
+# the oracle keeps ~5 bytes a signal; SOAK_FLAGS --soak-max-signals N
+# lowers the rate to fit N, as CI does). Samples RSS,
 # Go heap, goroutines, gate members, held bytes and consumer lag every
 # 10s into bin/soak/soak-<run>.csv and .png, prints a verdict table, and
 # exits non-zero when a metric grows without bound once warm or the oracle

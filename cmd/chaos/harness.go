@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -241,6 +242,9 @@ func (h *harness) row(r result) {
 	}
 	if s := r.soak; s != nil {
 		fmt.Fprintf(h.out, "\nsoak: %d samples (%d missed) over %v; CSV %s, PNG %s\n", len(s.samples), s.missed, soakSpan(s.samples), s.csv, s.png)
+		if len(s.loads) > 0 {
+			fmt.Fprintf(h.out, "soak: the machine's load average (1 min, %d cores) at the samples: %s\n", runtime.NumCPU(), spread(s.loads))
+		}
 		printFlat(h.out, s.flat)
 		fmt.Fprintln(h.out)
 	}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -362,10 +363,18 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	}
 
 	r.logf("verifying")
-	rep, err := oracle.Verify(ctx, r.h.brokers, oracleTopics(r.set), &oracle.Options{Grace: o.verifyGrace, MaxFutureSkew: o.maxFutureSkew})
+	vo := &oracle.Options{Grace: o.verifyGrace, MaxFutureSkew: o.maxFutureSkew}
+	if r.sc.name == soakName {
+		vo.ReadTimeout = soakJudgeSpan(o.soakDuration) // each topic of an hour's load: up to ~900M records
+		// The oracle's table is a few GiB that live to the end: collect
+		// when the heap grows by a fifth of it, not by all of it again.
+		defer debug.SetGCPercent(debug.SetGCPercent(20))
+	}
+	rep, err := oracle.Verify(ctx, r.h.brokers, oracleTopics(r.set), vo)
 	if err != nil {
 		return rep, err
 	}
+	r.logf("oracle: %d signals judged in %v; this process's peak RSS %s", rep.SignalsIn, rep.Took.Round(time.Second), peakRSS())
 	if want := load.final.SignalIDs() * len(r.set.Inputs()); rep.SignalsIn != want {
 		return rep, fmt.Errorf("the inputs hold %d signals, the load produced %d (%d to each of %d inputs)",
 			rep.SignalsIn, want, load.final.SignalIDs(), len(r.set.Inputs()))

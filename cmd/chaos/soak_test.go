@@ -404,8 +404,8 @@ func TestRedrawSoak(t *testing.T) {
 	}
 }
 
-// TestSoakLoad: half the maximum for the run, unless the oracle's budget
-// is smaller.
+// TestSoakLoad: half the maximum for the run, unless --soak-max-signals
+// is set and smaller.
 func TestSoakLoad(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -418,6 +418,7 @@ func TestSoakLoad(t *testing.T) {
 	}{
 		{"within the budget", 1000, 3 * time.Minute, 450_000, 1000, 180_000, false},
 		{"an hour at half of 48788/s is capped", 24394, time.Hour, 3_000_000, 3_000_000.0 / 3600, 3_000_000, true},
+		{"no cap: an hour at half of 48788/s", 24394, time.Hour, 0, 24394, 24394 * 3600, false},
 		{"exactly the budget", 2500, 3 * time.Minute, 450_000, 2500, 450_000, false},
 		{"at least one signal", 0.001, time.Minute, 10, 0.001, 1, false},
 	} {

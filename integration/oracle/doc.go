@@ -73,4 +73,20 @@
 // [Judge] does the judging on records in memory, so that tests feed it
 // synthetic runs; [Verify] reads Kafka and feeds it. A Judge is not safe
 // for concurrent use.
+//
+// # Memory
+//
+// A signal whose value is numbered ("sig-<seq>-…", as the chaos load
+// writes them) and that the rules leave to S5 alone (a user id in its
+// key's partition, no re-published copy, marked at most gated, far from
+// the size limit) is kept in a table indexed by its number: a CRC-32C of
+// its key, value and timestamp, and one byte of flags and output count;
+// an output record is matched to it by number and CRC. Its user and time
+// are kept beside (about 30 bytes more) unless the Judge was sealed
+// ([Judge.Seal]: every command is in) when it came and it lies in no
+// final episode, which is then known: 5 bytes a signal. Every other record
+// is kept as a digest of about 600 bytes, as before. Verify reads the
+// commands first and seals, and reads inputs before outputs, so that
+// outputs find their signal in the table (an output met first is kept in
+// full until Report joins it): a soak's 100M signals take about 0.5 GiB.
 package oracle

@@ -1,7 +1,9 @@
 package oracle
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,15 +22,107 @@ type run struct {
 	j    *Judge
 	next map[string]map[int32]int64
 	seq  int
+	valueStyle
+	calls []call // held back until report, when sealed
 }
 
-func newRun(t *testing.T) *run {
+func newRun(t *testing.T, style valueStyle) *run {
 	t.Helper()
 	j, err := NewJudge(Config{Topics: testTopics, Partitions: testParts})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &run{t: t, j: j, next: make(map[string]map[int32]int64)}
+	return &run{t: t, j: j, next: make(map[string]map[int32]int64), valueStyle: style}
+}
+
+// valueStyle is how a synthetic run hands its records to the Judge.
+type valueStyle struct {
+	name string
+	// numbered: signal values are "sig-<seq>-…", as the chaos load
+	// writes them, so that the Judge keeps them in its table (compact.go)
+	// rather than in full.
+	numbered bool
+	// sealed: the records are handed over as Verify does, commands
+	// first, then Seal, the DLQ, the changelog, the inputs and the
+	// outputs; otherwise as the case adds them.
+	sealed bool
+}
+
+// valueStyles are the three ways a case is judged: opaque values in
+// full, numbered ones in the table as they come, and numbered ones after
+// Seal (5 bytes a signal outside every episode).
+var valueStyles = []valueStyle{{"opaque", false, false}, {"numbered", true, false}, {"sealed", true, true}}
+
+// Kinds of topic, in the order a sealed run hands them over.
+type topicKind int
+
+const (
+	kindCommand topicKind = iota
+	kindDLQ
+	kindChangelog
+	kindSignal
+	kindCohort
+)
+
+// call is one record for the Judge: its topic's kind and route.
+type call struct {
+	kind  topicKind
+	route int
+	rec   Record
+}
+
+// add hands rec to the Judge, or holds it back until report when sealed.
+func (r *run) add(kind topicKind, route int, rec Record) {
+	if r.sealed {
+		r.calls = append(r.calls, call{kind, route, rec})
+		return
+	}
+	r.apply(call{kind, route, rec})
+}
+
+func (r *run) apply(c call) {
+	switch c.kind {
+	case kindCommand:
+		r.j.AddCommand(c.rec)
+	case kindDLQ:
+		r.j.AddDLQ(c.rec)
+	case kindChangelog:
+		r.j.AddChangelog(c.rec)
+	case kindSignal:
+		r.j.AddRouteSignal(c.route, c.rec)
+	case kindCohort:
+		r.j.AddRouteCohort(c.route, c.rec)
+	}
+}
+
+// report returns the Judge's Report, first handing over what a sealed
+// run held back, in Verify's order.
+func (r *run) report() Report {
+	if r.sealed {
+		slices.SortStableFunc(r.calls, func(a, b call) int { return cmp.Compare(a.kind, b.kind) })
+		sealed := false
+		for _, c := range r.calls {
+			if c.kind != kindCommand && !sealed {
+				r.j.Seal()
+				sealed = true
+			}
+			r.apply(c)
+		}
+		if !sealed {
+			r.j.Seal()
+		}
+		r.calls = nil
+	}
+	return r.j.Report()
+}
+
+// value returns a new signal value, unique to the run.
+func (r *run) value() []byte {
+	r.seq++
+	if r.numbered {
+		return []byte("sig-" + strconv.Itoa(r.seq) + "-....")
+	}
+	return []byte("v" + strconv.Itoa(r.seq))
 }
 
 func (r *run) offset(topic string, p int32) int64 {
@@ -49,7 +143,7 @@ func wrong(key string) int32 { return (right(key) + 1) % testParts }
 // rawCommand adds a commands record as given.
 func (r *run) rawCommand(key []byte, p int32, value string, tsMs int64, hs ...Header) Record {
 	rec := Record{Partition: p, Offset: r.offset(testTopics.Commands, p), Key: key, Value: []byte(value), Timestamp: tsMs, Headers: hs}
-	r.j.AddCommand(rec)
+	r.add(kindCommand, 0, rec)
 	return rec
 }
 
@@ -62,10 +156,9 @@ func (r *run) cmd(user uint64, op string, atMs int64, req string) Record {
 
 // rawSignal adds a signals record as given; its value is unique.
 func (r *run) rawSignal(key []byte, p int32, tsMs int64, hs ...Header) Record {
-	r.seq++
 	rec := Record{Partition: p, Offset: r.offset(testTopics.Signals, p), Key: key,
-		Value: []byte("v" + strconv.Itoa(r.seq)), Timestamp: tsMs, Headers: hs}
-	r.j.AddSignal(rec)
+		Value: r.value(), Timestamp: tsMs, Headers: hs}
+	r.add(kindSignal, 0, rec)
 	return rec
 }
 
@@ -82,9 +175,9 @@ func (r *run) republish(topic string, rec Record) Record {
 	cp.Headers = append(append([]Header(nil), rec.Headers...),
 		Header{headerMisroutedFrom, []byte(pos{rec.Partition, rec.Offset}.String())})
 	if topic == testTopics.Commands {
-		r.j.AddCommand(cp)
+		r.add(kindCommand, 0, cp)
 	} else {
-		r.j.AddSignal(cp)
+		r.add(kindSignal, 0, cp)
 	}
 	return cp
 }
@@ -94,7 +187,7 @@ func (r *run) forward(recs ...Record) {
 	for _, rec := range recs {
 		cp := rec
 		cp.Offset = r.offset(testTopics.Cohort, rec.Partition)
-		r.j.AddCohort(cp)
+		r.add(kindCohort, 0, cp)
 	}
 }
 
@@ -107,7 +200,7 @@ func (r *run) deadLetter(topic string, rec Record, reason string, hs ...Header) 
 		{headerSourcePartition, []byte(strconv.Itoa(int(rec.Partition)))},
 		{headerSourceOffset, []byte(strconv.FormatInt(rec.Offset, 10))},
 	}, hs...)}
-	r.j.AddDLQ(dl)
+	r.add(kindDLQ, 0, dl)
 }
 
 // truncated is the headers of a record_too_large DLQ copy.
@@ -162,7 +255,7 @@ func (r *run) changelog(user uint64, s state) {
 
 func (r *run) rawChangelog(key []byte, value string) {
 	p := partitionOf(key, testParts)
-	r.j.AddChangelog(Record{Partition: p, Offset: r.offset(testTopics.Changelog, p), Key: key, Value: []byte(value)})
+	r.add(kindChangelog, 0, Record{Partition: p, Offset: r.offset(testTopics.Changelog, p), Key: key, Value: []byte(value)})
 }
 
 // active and left are changelog states without windows.

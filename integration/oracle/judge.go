@@ -42,7 +42,9 @@ type Config struct {
 // Judge judges one run from its records, which the caller hands it topic by
 // topic: each topic's records in offset order within each partition
 // (partitions may interleave, and topics may come in any order). It keeps
-// a digest of each record, not the record. Report applies the rules.
+// a digest of each record, not the record: 5 to 40 bytes for a numbered
+// signal (compact.go), a few hundred for any other. Report applies the
+// rules.
 //
 // A Judge is not safe for concurrent use.
 type Judge struct {
@@ -57,6 +59,9 @@ type Judge struct {
 	dlqCount  int
 	changelog map[uint64][]changelogEntry
 	badKeys   []string // changelog records whose key is no user id
+	// sealed is the users' final state once Seal was called: every
+	// command is in.
+	sealed map[uint64]*member
 }
 
 // path is what the Judge keeps of one route: its input's signals and its
@@ -64,9 +69,11 @@ type Judge struct {
 // against the same model and the same changelog.
 type path struct {
 	in, out  string
+	table    seqTable // numbered signals that reach rule S5 alone (compact.go)
 	signals  map[signalID]*signal
-	cohort   map[signalID]int // output records per signal
-	cohortAt map[signalID]pos // where each was first seen, for examples
+	cohort   map[signalID]int    // output records per signal
+	cohortAt map[signalID]pos    // where each was first seen, for examples
+	cohortSq map[signalID]seqKey // of the numbered ones, to find their signal in table
 }
 
 // Errors of NewJudge.
@@ -102,7 +109,8 @@ func NewJudge(cfg Config) (*Judge, error) {
 	}
 	for _, r := range cfg.Topics.routes() {
 		j.paths = append(j.paths, &path{in: r.Signals, out: r.Cohort,
-			signals: make(map[signalID]*signal), cohort: make(map[signalID]int), cohortAt: make(map[signalID]pos)})
+			signals: make(map[signalID]*signal), cohort: make(map[signalID]int), cohortAt: make(map[signalID]pos),
+			cohortSq: make(map[signalID]seqKey)})
 	}
 	return j, nil
 }
@@ -152,6 +160,10 @@ type signal struct {
 	// S3 may send it to the DLQ instead; sha is its value's SHA-256 then.
 	mayBeTooLarge bool
 	sha           string
+	// seq is set when the signal's value is numbered: its records may
+	// be in path.table too.
+	seq    seqKey
+	hasSeq bool
 }
 
 // fate is what the rules make of a command record before the model sees it.
@@ -182,8 +194,20 @@ type changelogEntry struct {
 	err error
 }
 
-// AddCommand takes a record of the commands topic.
+// Seal tells the Judge that every record of the commands topic was
+// handed to it: each user's final episodes are known, so a numbered
+// signal that lies in none of them is kept in 5 bytes from then on, not
+// 18 (compact.go). AddCommand panics after Seal. Verify reads the
+// commands first and seals.
+func (j *Judge) Seal() {
+	j.sealed = j.applyCommands(&Report{})
+}
+
+// AddCommand takes a record of the commands topic. It panics after Seal.
 func (j *Judge) AddCommand(r Record) {
+	if j.sealed != nil {
+		panic("oracle: AddCommand after Seal")
+	}
 	c := commandRecord{at: pos{r.Partition, r.Offset}, sha: sha256Hex(r.Value),
 		what: "command " + j.cfg.Topics.Commands + " " + pos{r.Partition, r.Offset}.String() + " key " + quoteKey(r.Key)}
 	user, ok := parseUserID(r.Key)
@@ -217,11 +241,18 @@ func (j *Judge) AddSignal(r Record) { j.AddRouteSignal(0, r) }
 // (Topics.Signals), i ≥ 1 is Topics.Routes[i-1]. It panics on another i.
 func (j *Judge) AddRouteSignal(i int, r Record) {
 	p := j.paths[i]
+	k, numbered := seqKeyOf(r)
+	if numbered && j.reachesS5Alone(r) {
+		outside := j.sealed != nil && !j.sealed[uint64(k.user)].holds(msToNs(k.ms))
+		if p.table.addInput(k, headerOr(r, HeaderExpect) == ExpectGated, outside) {
+			return
+		}
+	}
 	id := idOf(r)
 	at := pos{r.Partition, r.Offset}
 	s := p.signals[id]
 	if s == nil {
-		s = &signal{first: at, eventNs: eventTime(r)}
+		s = &signal{first: at, eventNs: eventTime(r), seq: k, hasSeq: numbered}
 		p.signals[id] = s
 	}
 	src := source{p.in, at}
@@ -253,6 +284,21 @@ func (j *Judge) AddRouteSignal(i int, r Record) {
 	}
 }
 
+// reachesS5Alone reports whether the rules leave signal record r to rule
+// S5 alone: its key is a user id in its key's partition, it is no
+// re-published copy, it carries no chaos.expect but gated, and it is
+// far below the outputs' size limit. Such a record needs no digest of its
+// own: the table keeps it (compact.go).
+func (j *Judge) reachesS5Alone(r Record) bool {
+	if _, ok := r.header(headerMisroutedFrom); ok {
+		return false
+	}
+	if e, ok := r.header(HeaderExpect); ok && e != ExpectGated {
+		return false
+	}
+	return partitionOf(r.Key, j.cfg.Partitions) == r.Partition && batchBytes(r) <= j.cfg.CohortMaxMessageBytes-sizeSlack
+}
+
 // AddDLQ takes a record of the DLQ topic. Only its headers matter.
 func (j *Judge) AddDLQ(r Record) {
 	j.dlqCount++
@@ -278,9 +324,16 @@ func (j *Judge) AddCohort(r Record) { j.AddRouteCohort(0, r) }
 // numbered as in AddRouteSignal.
 func (j *Judge) AddRouteCohort(i int, r Record) {
 	p := j.paths[i]
+	k, numbered := seqKeyOf(r)
+	if numbered && p.table.addOutput(k) {
+		return
+	}
 	id := idOf(r)
 	if p.cohort[id] == 0 {
 		p.cohortAt[id] = pos{r.Partition, r.Offset}
+		if numbered {
+			p.cohortSq[id] = k
+		}
 	}
 	p.cohort[id]++
 }
@@ -320,9 +373,6 @@ func quoteKey(k []byte) string {
 // the verdict. It does not change the Judge.
 func (j *Judge) Report() Report {
 	rep := Report{DLQ: j.dlqCount}
-	for _, p := range j.paths {
-		rep.SignalsIn += len(p.signals)
-	}
 	members := j.applyCommands(&rep)
 	for _, m := range members {
 		if eps := m.episodes(); len(eps) > 0 {

@@ -108,64 +108,74 @@ func (j *Judge) missingWindows(rep *Report, user uint64, entries []changelogEntr
 // and p's output, and returns, per user, the event times of the signals
 // forwarded inside a final episode (late or leaked). A window is judged
 // against the signals of every route: one leave gates them all.
+//
+// The signals kept in full come first, in the order they were first read,
+// then those of the table in number order. A signal with records in both
+// is judged once, with all of them.
 func (j *Judge) judgeSignals(rep *Report, p *path, members map[uint64]*member, windows map[uint64][]window) map[uint64][]int64 {
+	// Output records kept in full whose signal is in the table (met
+	// before it, or while the table did not know it yet).
+	extra := make(map[uint64]int)
+	var unknown []signalID
+	for id, n := range p.cohort {
+		if p.signals[id] != nil {
+			continue
+		}
+		if k, ok := p.cohortSq[id]; ok {
+			if _, _, match := p.table.match(k); match {
+				extra[k.seq] += n
+				continue
+			}
+		}
+		unknown = append(unknown, id)
+	}
+
 	ids := slices.Collect(maps.Keys(p.signals))
 	slices.SortFunc(ids, func(a, b signalID) int {
 		pa, pb := p.signals[a].first, p.signals[b].first
 		return cmp.Or(cmp.Compare(pa.partition, pb.partition), cmp.Compare(pa.offset, pb.offset))
 	})
 	forwardedIn := make(map[uint64][]int64)
+	joined := make(map[uint64]bool) // numbers of table signals judged with their full twin
+	rep.SignalsIn += len(p.signals) + p.table.present
 	for _, id := range ids {
-		s, seen := p.signals[id], p.cohort[id]
-		rep.Forwarded += seen
-		what := "signal " + p.in + " " + s.first.String() + " of user " + formatUint(s.user) + " at " + formatNs(s.eventNs)
-		if len(s.eligible) == 0 {
-			if seen > 0 {
-				rep.Unknown += seen
-				rep.example("unknown", "%s forwarded %d times; the rules dead-letter or re-publish it", what, seen)
-			}
-			continue
+		s := p.signals[id]
+		v := signalVerdict{user: s.user, eventNs: s.eventNs, eligible: len(s.eligible) > 0, gated: s.gated, seen: p.cohort[id],
+			what: func() string {
+				return "signal " + p.in + " " + s.first.String() + " of user " + formatUint(s.user) + " at " + formatNs(s.eventNs)
+			}}
+		if s.mayBeTooLarge {
+			v.tooLarge = func() bool { return j.tooLargeDeadLettered(p, s) }
 		}
-		in := members[s.user].holds(s.eventNs)
-		if s.gated {
-			rep.Gated++
-		}
-		if s.gated && !in {
-			rep.note(&rep.Contradictions, "contradictions", "%s is marked %s but lies in no episode of its user", what, ExpectGated)
-		}
-		if seen > 1 {
-			rep.Duplicates += seen - 1
-			rep.example("duplicates", "%s forwarded %d times", what, seen)
-		}
-		switch {
-		case !in && seen == 0 && s.mayBeTooLarge && j.tooLargeDeadLettered(p, s):
-			rep.DeadLetters++
-		case !in && seen == 0:
-			rep.Expected++
-			rep.note(&rep.Lost, "lost", "%s never forwarded", what)
-		case !in:
-			rep.Expected++
-		case seen > 0:
-			forwardedIn[s.user] = append(forwardedIn[s.user], s.eventNs)
-			covered := slices.ContainsFunc(windows[s.user], func(w window) bool { return w.holds(s.eventNs) })
-			switch {
-			case s.gated:
-				rep.note(&rep.Leaked, "leaked", "%s forwarded in episode %s although Kafka acknowledged its leave first (marked %s)",
-					what, describeEpisodes(members[s.user].episodes()), ExpectGated)
-			case !covered:
-				rep.note(&rep.Leaked, "leaked", "%s forwarded in episode %s, in no window of its latest changelog record",
-					what, describeEpisodes(members[s.user].episodes()))
-			default:
-				rep.note(&rep.Late, "late", "%s forwarded in episode %s, covered by a window", what, describeEpisodes(members[s.user].episodes()))
+		if s.hasSeq {
+			if c, i, ok := p.table.match(s.seq); ok {
+				joined[s.seq.seq] = true
+				rep.SignalsIn--
+				v.eligible = true
+				v.gated = v.gated || c.state[i]&slotGated != 0
+				v.seen += p.table.outputs(c, i, s.seq.seq) + extra[s.seq.seq]
 			}
 		}
+		j.judgeSignal(rep, v, members, windows, forwardedIn)
 	}
-	var unknown []signalID
-	for id := range p.cohort {
-		if p.signals[id] == nil {
-			unknown = append(unknown, id)
+	p.table.each(func(seq uint64, c *seqChunk, i int) {
+		if joined[seq] {
+			return
 		}
-	}
+		v := signalVerdict{eligible: true, gated: c.state[i]&slotGated != 0, seen: p.table.outputs(c, i, seq) + extra[seq],
+			outside: c.state[i]&slotOutside != 0}
+		if v.outside {
+			v.what = func() string { return "signal " + p.in + " number " + formatUint(seq) }
+		} else {
+			side := p.table.side[seq]
+			v.user, v.eventNs = uint64(side.user), msToNs(side.ms)
+			v.what = func() string {
+				return "signal " + p.in + " number " + formatUint(seq) + " of user " + formatUint(v.user) + " at " + formatNs(v.eventNs)
+			}
+		}
+		j.judgeSignal(rep, v, members, windows, forwardedIn)
+	})
+
 	slices.SortFunc(unknown, func(a, b signalID) int {
 		pa, pb := p.cohortAt[a], p.cohortAt[b]
 		return cmp.Or(cmp.Compare(pa.partition, pb.partition), cmp.Compare(pa.offset, pb.offset))
@@ -176,6 +186,69 @@ func (j *Judge) judgeSignals(rep *Report, p *path, members map[uint64]*member, w
 		rep.example("unknown", "%s record %s is no signal of its input %s", p.out, p.cohortAt[id], p.in)
 	}
 	return forwardedIn
+}
+
+// signalVerdict is what judgeSignal needs of one signal of a route.
+type signalVerdict struct {
+	user     uint64
+	eventNs  int64
+	eligible bool // a record of it reached rule S5
+	gated    bool // marked ExpectGated
+	seen     int  // its output records
+	// outside: the Judge was sealed when the signal came, and it lies
+	// in no final episode of its user (who, and when, is not kept).
+	outside  bool
+	what     func() string
+	tooLarge func() bool // nil unless rule S3 may have dead-lettered it: whether it did
+}
+
+// judgeSignal judges one signal by rule S5 (or S3) and its output
+// records, and adds its event time to forwardedIn[user] when it was
+// forwarded inside a final episode.
+func (j *Judge) judgeSignal(rep *Report, v signalVerdict, members map[uint64]*member, windows map[uint64][]window, forwardedIn map[uint64][]int64) {
+	seen := v.seen
+	rep.Forwarded += seen
+	if !v.eligible {
+		if seen > 0 {
+			rep.Unknown += seen
+			rep.example("unknown", "%s forwarded %d times; the rules dead-letter or re-publish it", v.what(), seen)
+		}
+		return
+	}
+	m := members[v.user]
+	in := !v.outside && m.holds(v.eventNs)
+	if v.gated {
+		rep.Gated++
+	}
+	if v.gated && !in {
+		rep.note(&rep.Contradictions, "contradictions", "%s is marked %s but lies in no episode of its user", v.what(), ExpectGated)
+	}
+	if seen > 1 {
+		rep.Duplicates += seen - 1
+		rep.example("duplicates", "%s forwarded %d times", v.what(), seen)
+	}
+	switch {
+	case !in && seen == 0 && v.tooLarge != nil && v.tooLarge():
+		rep.DeadLetters++
+	case !in && seen == 0:
+		rep.Expected++
+		rep.note(&rep.Lost, "lost", "%s never forwarded", v.what())
+	case !in:
+		rep.Expected++
+	case seen > 0:
+		forwardedIn[v.user] = append(forwardedIn[v.user], v.eventNs)
+		covered := slices.ContainsFunc(windows[v.user], func(w window) bool { return w.holds(v.eventNs) })
+		switch {
+		case v.gated:
+			rep.note(&rep.Leaked, "leaked", "%s forwarded in episode %s although Kafka acknowledged its leave first (marked %s)",
+				v.what(), describeEpisodes(m.episodes()), ExpectGated)
+		case !covered:
+			rep.note(&rep.Leaked, "leaked", "%s forwarded in episode %s, in no window of its latest changelog record",
+				v.what(), describeEpisodes(m.episodes()))
+		default:
+			rep.note(&rep.Late, "late", "%s forwarded in episode %s, covered by a window", v.what(), describeEpisodes(m.episodes()))
+		}
+	}
 }
 
 // tooLargeDeadLettered reports whether a record of s that reached rule S5

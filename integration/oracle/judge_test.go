@@ -56,7 +56,7 @@ func TestJudge(t *testing.T) {
 		}, counts{Expected: 1}},
 
 		{"unknown: a cohort record no input holds", func(r *run) {
-			r.j.AddCohort(Record{Partition: 1, Key: []byte("1"), Value: []byte("hello")})
+			r.add(kindCohort, 0, Record{Partition: 1, Key: []byte("1"), Value: []byte("hello")})
 		}, counts{Unknown: 1}},
 
 		{"S1: bad keys must be dead-lettered with a key reason, and never forwarded", func(r *run) {
@@ -86,7 +86,7 @@ func TestJudge(t *testing.T) {
 				r.seq++
 				rec := Record{Partition: right("5"), Offset: r.offset(testTopics.Signals, right("5")), Key: []byte("5"),
 					Value: append([]byte(v), big...), Timestamp: int64(i)}
-				r.j.AddSignal(rec)
+				r.add(kindSignal, 0, rec)
 				switch v {
 				case "a":
 					r.forward(rec)
@@ -139,7 +139,7 @@ func TestJudge(t *testing.T) {
 			c := r.rawCommand([]byte("1"), right("1"), big, 10)
 			d := r.rawCommand([]byte("1"), right("1"), big+"!", 10)
 			s := Record{Partition: 0, Offset: r.offset(testTopics.Signals, 0), Key: []byte("user-1"), Value: bytes.Repeat([]byte("q"), 1<<20)}
-			r.j.AddSignal(s)
+			r.add(kindSignal, 0, s)
 			r.deadLetter(testTopics.Commands, a, reasonAtOutOfRange)
 			r.deadLetter(testTopics.Commands, b, reasonAtOutOfRange)
 			r.deadLetter(testTopics.Commands, c, reasonTooLarge, truncated(reasonCommandJSON, c.Value)...)
@@ -213,7 +213,7 @@ func TestJudge(t *testing.T) {
 		{"changelog: a user's records in two partitions have no order", func(r *run) {
 			r.cmd(1, "leave", 100, "a")
 			r.changelog(1, left(100))
-			r.j.AddChangelog(Record{Partition: (partitionOf([]byte("1"), testParts) + 1) % testParts, Key: []byte("1"),
+			r.add(kindChangelog, 0, Record{Partition: (partitionOf([]byte("1"), testParts) + 1) % testParts, Key: []byte("1"),
 				Value: []byte(left(100).json(1))})
 		}, counts{Mismatches: 1}},
 
@@ -252,19 +252,21 @@ func TestJudge(t *testing.T) {
 			r.forward(r.sig(1, 10, gated))
 		}, counts{Expected: 1, Contradictions: 1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRun(t)
-			tc.build(r)
-			rep := r.j.Report()
-			if got := countsOf(rep); got != tc.want {
-				t.Fatalf("counts\n %+v\nwant\n %+v\n%s", got, tc.want, rep.Details())
-			}
-			if rep.Damage() != tc.want.damage() {
-				t.Fatalf("Damage() = %d, want %d", rep.Damage(), tc.want.damage())
-			}
-			if (rep.Damage() > 0 || rep.Late > 0) != (rep.Details() != "") {
-				t.Fatalf("damage %d, late %d, details %q", rep.Damage(), rep.Late, rep.Details())
-			}
-		})
+		for _, style := range valueStyles {
+			t.Run(tc.name+"/"+style.name, func(t *testing.T) {
+				r := newRun(t, style)
+				tc.build(r)
+				rep := r.report()
+				if got := countsOf(rep); got != tc.want {
+					t.Fatalf("counts\n %+v\nwant\n %+v\n%s", got, tc.want, rep.Details())
+				}
+				if rep.Damage() != tc.want.damage() {
+					t.Fatalf("Damage() = %d, want %d", rep.Damage(), tc.want.damage())
+				}
+				if (rep.Damage() > 0 || rep.Late > 0) != (rep.Details() != "") {
+					t.Fatalf("damage %d, late %d, details %q", rep.Damage(), rep.Late, rep.Details())
+				}
+			})
+		}
 	}
 }

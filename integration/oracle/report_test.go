@@ -11,7 +11,13 @@ import (
 // TestReportCounts checks the descriptive counts of a Report on one run
 // that has a bit of everything.
 func TestReportCounts(t *testing.T) {
-	r := newRun(t)
+	for _, style := range valueStyles {
+		t.Run(style.name, func(t *testing.T) { testReportCounts(t, style) })
+	}
+}
+
+func testReportCounts(t *testing.T, style valueStyle) {
+	r := newRun(t, style)
 	r.cmd(1, "leave", 100, "a")
 	r.cmd(1, "rejoin", 200, "b")
 	dup := r.cmd(1, "leave", 150, "c")
@@ -31,7 +37,7 @@ func TestReportCounts(t *testing.T) {
 	r.changelog(2, left(100))
 	r.changelog(4, state{leftAt: 100, windows: [][3]int64{{100, 100, 0}}})
 
-	rep := r.j.Report()
+	rep := r.report()
 	want := Report{
 		SignalsIn: 4, CommandsIn: 9, Applied: 5, DuplicateCommands: 1, Refused: 1, Misrouted: 2, DeadLetters: 2,
 		Users: 3, Episodes: 4, Gated: 1, Forwarded: 3, Expected: 3, DLQ: 2, ChangelogUsers: 3, Windows: 1, ConservativeWindows: 1,

@@ -1,7 +1,6 @@
 package oracle
 
 import (
-	"strconv"
 	"testing"
 )
 
@@ -56,21 +55,23 @@ func TestJudgeRoutes(t *testing.T) {
 			r.deadLetter(testTopics.Signals, b, "key_not_decimal") // names the wrong input
 		}, counts{Poison: 1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			j, err := NewJudge(Config{Topics: topics, Partitions: testParts})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := &routesRun{run: &run{t: t, j: j, next: make(map[string]map[int32]int64)}, routes: topics.routes()}
-			tc.build(r)
-			rep := j.Report()
-			if got := countsOf(rep); got != tc.want {
-				t.Errorf("counts = %+v, want %+v\n%s", got, tc.want, rep.Details())
-			}
-			if rep.Damage() != tc.want.damage() {
-				t.Errorf("Damage() = %d, want %d", rep.Damage(), tc.want.damage())
-			}
-		})
+		for _, style := range valueStyles {
+			t.Run(tc.name+"/"+style.name, func(t *testing.T) {
+				j, err := NewJudge(Config{Topics: topics, Partitions: testParts})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := &routesRun{run: &run{t: t, j: j, next: make(map[string]map[int32]int64), valueStyle: style}, routes: topics.routes()}
+				tc.build(r)
+				rep := r.report()
+				if got := countsOf(rep); got != tc.want {
+					t.Errorf("counts = %+v, want %+v\n%s", got, tc.want, rep.Details())
+				}
+				if rep.Damage() != tc.want.damage() {
+					t.Errorf("Damage() = %d, want %d", rep.Damage(), tc.want.damage())
+				}
+			})
+		}
 	}
 }
 
@@ -82,10 +83,9 @@ type routesRun struct {
 
 // raw adds a record to route i's input as given; its value is unique.
 func (r *routesRun) raw(i int, key []byte, p int32, tsMs int64, hs ...Header) Record {
-	r.seq++
 	rec := Record{Partition: p, Offset: r.offset(r.routes[i].Signals, p), Key: key,
-		Value: []byte("v" + strconv.Itoa(r.seq)), Timestamp: tsMs, Headers: hs}
-	r.j.AddRouteSignal(i, rec)
+		Value: r.value(), Timestamp: tsMs, Headers: hs}
+	r.add(kindSignal, i, rec)
 	return rec
 }
 
@@ -99,6 +99,6 @@ func (r *routesRun) forward(i int, recs ...Record) {
 	for _, rec := range recs {
 		cp := rec
 		cp.Offset = r.offset(r.routes[i].Cohort, rec.Partition)
-		r.j.AddRouteCohort(i, cp)
+		r.add(kindCohort, i, cp)
 	}
 }

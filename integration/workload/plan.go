@@ -3,6 +3,7 @@ package workload
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -78,8 +79,10 @@ type Command struct {
 // Plan is the deterministic sequence a Config stands for.
 type Plan struct {
 	Config Config
-	// Users[seq] is the user of signal seq.
-	Users []uint32
+	// users is the random stream of the signals' users at its start:
+	// SignalUsers draws them from a copy each time, as an hour's soak of
+	// ~900M signals would hold 3.6 GB of them.
+	users rand.PCG
 	// Commands in the order they are produced: ascending Before, and in
 	// plan order among equal Before (a user's leave before its rejoin).
 	Commands []Command
@@ -96,8 +99,9 @@ func NewPlan(cfg Config) (*Plan, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	p := &Plan{Config: cfg, Users: make([]uint32, cfg.Signals)}
+	src := rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)
+	rng := rand.New(src)
+	p := &Plan{Config: cfg}
 
 	leavers := int(math.Round(float64(cfg.Users) * cfg.LeavePct / 100))
 	rejoiners := min(int(math.Round(float64(cfg.Users)*cfg.RejoinPct/100)), leavers)
@@ -131,14 +135,26 @@ func NewPlan(cfg Config) (*Plan, error) {
 	for i := range p.Commands {
 		p.Commands[i].Index = i
 	}
-	n := uint64(cfg.Users)
-	for seq := range p.Users {
-		p.Users[seq] = uint32(rng.Uint64N(n)) + 1
-	}
+	p.users = *src // the users are drawn next, by SignalUsers
 	// The hostile mix draws from a stream of its own: the friendly load of
 	// a seed stays the same with or without it.
 	p.Scenes = planScenes(cfg, rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x6a09e667f3bcc909)))
 	return p, nil
+}
+
+// SignalUsers yields each signal's seq and user, in order: the same
+// sequence on every call.
+func (p *Plan) SignalUsers() iter.Seq2[int, uint64] {
+	return func(yield func(int, uint64) bool) {
+		src := p.users
+		rng := rand.New(&src)
+		n := uint64(p.Config.Users)
+		for seq := range p.Config.Signals {
+			if !yield(seq, rng.Uint64N(n)+1) {
+				return
+			}
+		}
+	}
 }
 
 // Leavers returns the number of distinct users who leave in the plan.

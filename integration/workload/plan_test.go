@@ -3,6 +3,7 @@ package workload
 import (
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,7 +28,7 @@ func TestPlanIsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reflect.DeepEqual(a.Users, c.Users) || reflect.DeepEqual(a.Commands, c.Commands) {
+	if reflect.DeepEqual(usersOf(a), usersOf(c)) || reflect.DeepEqual(a.Commands, c.Commands) {
 		t.Fatal("plans of seeds 42 and 43 are the same")
 	}
 }
@@ -43,13 +44,15 @@ func TestPlanShape(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p.Users) != cfg.Signals {
-			t.Fatalf("%+v: %d signals", cfg, len(p.Users))
-		}
-		for seq, u := range p.Users {
-			if u < 1 || int(u) > cfg.Users {
-				t.Fatalf("%+v: signal %d has user %d", cfg, seq, u)
+		n := 0
+		for seq, u := range p.SignalUsers() {
+			if seq != n || u < 1 || u > uint64(cfg.Users) {
+				t.Fatalf("%+v: signal %d (the %dth) has user %d", cfg, seq, n, u)
 			}
+			n++
+		}
+		if n != cfg.Signals {
+			t.Fatalf("%+v: %d signals", cfg, n)
 		}
 		leaves := make(map[uint64][]Command)
 		rejoins := make(map[uint64]Command)
@@ -166,5 +169,36 @@ func TestSignalValues(t *testing.T) {
 		if _, err := ParseSignalID([]byte(bad)); err == nil {
 			t.Errorf("ParseSignalID(%q) accepted", bad)
 		}
+	}
+}
+
+// usersOf is the user of each signal of p, in order.
+func usersOf(p *Plan) []uint64 {
+	var users []uint64
+	for _, u := range p.SignalUsers() {
+		users = append(users, u)
+	}
+	return users
+}
+
+// TestSignalUsersRepeat: every call of SignalUsers yields the same users,
+// and stopping early stops.
+func TestSignalUsersRepeat(t *testing.T) {
+	p, err := NewPlan(Config{Seed: 11, Users: 1000, Signals: 5000, LeavePct: 5, RejoinPct: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := usersOf(p), usersOf(p)
+	if len(a) != 5000 || !slices.Equal(a, b) {
+		t.Fatalf("two calls gave %d and %d users, equal: %v", len(a), len(b), slices.Equal(a, b))
+	}
+	n := 0
+	for range p.SignalUsers() {
+		if n++; n == 10 {
+			break
+		}
+	}
+	if n != 10 {
+		t.Fatalf("stopped after %d", n)
 	}
 }

@@ -155,7 +155,7 @@ func Produce(ctx context.Context, c *Clients, set topics.Set, plan *Plan, progre
 
 	var value []byte
 	friendly := func() error {
-		for seq := range cfg.Signals {
+		for seq, user := range plan.SignalUsers() {
 			if err := commands(seq); err != nil {
 				return err
 			}
@@ -171,7 +171,6 @@ func Produce(ctx context.Context, c *Clients, set topics.Set, plan *Plan, progre
 			if err := pace(ctx, start, seq, cfg.Rate); err != nil {
 				return err
 			}
-			user := uint64(plan.Users[seq])
 			value = AppendValue(value[:0], uint64(seq), cfg.ValueSize)
 			r := &kgo.Record{
 				Topic:     string(set.Signals),
