@@ -305,6 +305,9 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	if err != nil {
 		return oracle.Report{}, err
 	}
+	if r.sc.name == soakName {
+		leadWith(plan.Scenes, workload.KindPoison)
+	}
 	r.plan = plan
 	r.logf("topics %s.*, group %s; %d signals over %d users, %d commands, %d hostile scenes, at %.0f signals/s; logs in %s",
 		strings.TrimSuffix(string(r.set.Signals), ".signals"), r.group, o.signals, o.users, len(plan.Commands), len(plan.Scenes), rate, r.dir)

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
+	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cohortgate/cohortgate/integration/oracle"
+	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
 // exposition is a trimmed /metrics of the processor, with the series the
@@ -426,6 +429,41 @@ func TestSoakLoad(t *testing.T) {
 			rate, n, capped := soakLoad(tc.rate, tc.d, tc.maxSignals)
 			if math.Abs(rate-tc.wantRate) > 1e-9 || n != tc.want || capped != tc.capped {
 				t.Fatalf("soakLoad = %v, %d, %v; want %v, %d, %v", rate, n, capped, tc.wantRate, tc.want, tc.capped)
+			}
+		})
+	}
+}
+
+func TestLeadWith(t *testing.T) {
+	kinds := func(ss []workload.Scene) (out []string) {
+		for _, s := range ss {
+			out = append(out, fmt.Sprintf("%s#%d@%.2f", s.Kind, s.Index, s.At))
+		}
+		return out
+	}
+	mk := func(ks ...workload.Kind) []workload.Scene {
+		out := make([]workload.Scene, len(ks))
+		for i, k := range ks {
+			out[i] = workload.Scene{Index: i, Kind: k, At: float64(i) / float64(len(ks))}
+		}
+		return out
+	}
+	const p, m, f = workload.KindPoison, workload.KindMisroute, workload.KindFuture
+	for _, tc := range []struct {
+		name string
+		in   []workload.Scene
+		want []string
+	}{
+		{"none", nil, nil},
+		{"absent", mk(m, f), []string{"misroute#0@0.00", "future#1@0.50"}},
+		{"first already", mk(p, m), []string{"poison#0@0.00", "misroute#1@0.50"}},
+		{"late", mk(m, f, p, m), []string{"poison#2@0.00", "misroute#0@0.25", "future#1@0.50", "misroute#3@0.75"}},
+		{"two: the first moves", mk(m, p, p), []string{"poison#1@0.00", "misroute#0@0.33", "poison#2@0.67"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leadWith(tc.in, p)
+			if got := kinds(tc.in); !slices.Equal(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
 	}
