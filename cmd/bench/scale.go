@@ -261,22 +261,15 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 	}
 	snap := filepath.Join(dir, snapshotFile)
 	r.Runs = o.runs
-	var scans, fromSnaps starts
-	for i := range o.runs {
+	scans, err := startRuns(ctx, o, ps, dir, "scan", n, func() error {
 		if err := os.Remove(snap); err != nil && !errors.Is(err, os.ErrNotExist) {
-			r.Err = err.Error()
-			return r
+			return err
 		}
-		scan, err := startToReady(ctx, o, ps, dir, fmt.Sprintf("scan-%d-%d", n, i+1), printf)
-		if err != nil {
-			r.Err = "scan: " + err.Error()
-			return r
-		}
-		if scan.source != "scan" {
-			r.Err = fmt.Sprintf("a start without the snapshot restored from %q, not the scan", scan.source)
-			return r
-		}
-		scans = append(scans, scan)
+		return nil
+	}, printf)
+	if err != nil {
+		r.Err = err.Error()
+		return r
 	}
 	scans.into(&r.ReadyScan, &r.RestoreScan, &r.CPUScan, &r.RSSScan, &r.WriteSnap)
 	if st, err := os.Stat(snap); err == nil {
@@ -286,17 +279,10 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 		return r
 	}
 
-	for i := range o.runs {
-		fromSnap, err := startToReady(ctx, o, ps, dir, fmt.Sprintf("snapshot-%d-%d", n, i+1), printf)
-		if err != nil {
-			r.Err = "snapshot: " + err.Error()
-			return r
-		}
-		if fromSnap.source != "snapshot" {
-			r.Err = fmt.Sprintf("a start with the snapshot restored from %q, not the snapshot", fromSnap.source)
-			return r
-		}
-		fromSnaps = append(fromSnaps, fromSnap)
+	fromSnaps, err := startRuns(ctx, o, ps, dir, "snapshot", n, nil, printf)
+	if err != nil {
+		r.Err = err.Error()
+		return r
 	}
 	fromSnaps.into(&r.ReadySnap, &r.RestoreSnap, &r.CPUSnap, &r.RSSSnap, nil)
 
@@ -407,6 +393,29 @@ var (
 	restoredSource = regexp.MustCompile(`\bsource=(\w+)`)
 	wroteLine      = regexp.MustCompile(`msg="wrote gate snapshot".*\btook=(\S+)`)
 )
+
+// startRuns starts the processor on dir o.runs times, each after before
+// (when not nil), and checks that each start restored its gate by path
+// ("scan" or "snapshot"), the processor's own word for it.
+func startRuns(ctx context.Context, o *scaleOptions, ps *procs, dir, path string, n int, before func() error, printf func(string, ...any)) (starts, error) {
+	var out starts
+	for i := range o.runs {
+		if before != nil {
+			if err := before(); err != nil {
+				return out, err
+			}
+		}
+		st, err := startToReady(ctx, o, ps, dir, fmt.Sprintf("%s-%d-%d", path, n, i+1), printf)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", path, err)
+		}
+		if st.source != path {
+			return out, fmt.Errorf("a start meant to restore by the %s restored from %q", path, st.source)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
 
 // startToReady starts the processor on dir with its embedded broker, polls
 // /readyz every 10 ms until it answers 200, reads its peak RSS, and stops
@@ -567,18 +576,10 @@ func gateOnlyOne(ctx context.Context, o *scaleOptions, ps *procs, n int, dir str
 	r.BuildTook = time.Since(start)
 	runtime.GC()
 	r.Runs = o.runs
-	var fromSnaps starts
-	for i := range o.runs {
-		fromSnap, err := startToReady(ctx, o, ps, dir, fmt.Sprintf("snapshot-%d-%d", n, i+1), printf)
-		if err != nil {
-			r.Err = "snapshot: " + err.Error()
-			return r
-		}
-		if fromSnap.source != "snapshot" {
-			r.Err = fmt.Sprintf("restored from %q, not the snapshot", fromSnap.source)
-			return r
-		}
-		fromSnaps = append(fromSnaps, fromSnap)
+	fromSnaps, err := startRuns(ctx, o, ps, dir, "snapshot", n, nil, printf)
+	if err != nil {
+		r.Err = err.Error()
+		return r
 	}
 	fromSnaps.into(&r.ReadySnap, &r.RestoreSnap, &r.CPUSnap, &r.RSSSnap, &r.WriteSnap)
 	printf("%d members: timing %d lookups on the snapshot's gate", n, o.lookups)
