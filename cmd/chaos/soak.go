@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
@@ -134,10 +136,16 @@ func (h *harness) probeMax(ctx context.Context) (float64, error) {
 	want := int64(o.soakProbeSignals)
 	for {
 		committed, end, _, _, err := r.signalsCommitted(ctx, false)
-		if err != nil {
+		if err != nil && !kerr.IsRetriable(err) {
 			return 0, err
 		}
 		now := time.Now()
+		if err != nil {
+			// A broker just started has no group coordinator until its
+			// offsets topic exists (COORDINATOR_NOT_AVAILABLE): poll
+			// again, within the probe's bound.
+			committed, end = 0, 0
+		}
 		if t0.IsZero() && committed > 0 {
 			t0, c0 = now, committed
 		}
