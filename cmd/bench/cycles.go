@@ -44,6 +44,21 @@ func scrapeCycles(ctx context.Context, base string) (cycleCount, error) {
 // parseCycles sums the cycle series of a Prometheus text exposition.
 func parseCycles(r io.Reader) (cycleCount, error) {
 	var c cycleCount
+	err := eachSample(r, func(line, name string, value float64) error {
+		switch name {
+		case fanout.MetricTransactions, metricPassthroughCycles:
+			c.cycles += value
+		case metricPassthroughEndSeconds:
+			c.endSeconds += value
+		}
+		return nil
+	})
+	return c, err
+}
+
+// eachSample calls fn with every sample line of a Prometheus text
+// exposition, its metric name and its value, until fn fails.
+func eachSample(r io.Reader, fn func(line, name string, value float64) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -52,14 +67,11 @@ func parseCycles(r io.Reader) (cycleCount, error) {
 		if !ok {
 			continue
 		}
-		switch name {
-		case fanout.MetricTransactions, metricPassthroughCycles:
-			c.cycles += value
-		case metricPassthroughEndSeconds:
-			c.endSeconds += value
+		if err := fn(line, name, value); err != nil {
+			return err
 		}
 	}
-	return c, sc.Err()
+	return sc.Err()
 }
 
 // metricLine splits a sample line "name{labels} value" into the name and

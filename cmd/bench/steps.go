@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -118,14 +117,7 @@ func scrapeHistograms(ctx context.Context, base string) (map[string]histogram, e
 // exposition.
 func parseHistograms(r io.Reader) (map[string]histogram, error) {
 	out := make(map[string]histogram)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		name, value, ok := metricLine(line)
-		if !ok {
-			continue
-		}
+	err := eachSample(r, func(line, name string, value float64) error {
 		var base, suffix string
 		for _, s := range []string{"_bucket", "_sum", "_count"} {
 			if b, ok := strings.CutSuffix(name, s); ok {
@@ -133,7 +125,7 @@ func parseHistograms(r io.Reader) (map[string]histogram, error) {
 			}
 		}
 		if base != fanout.MetricFetchDelay && base != fanout.MetricBatchStep {
-			continue
+			return nil
 		}
 		key := base
 		if step := label(line, "step"); step != "" {
@@ -148,13 +140,14 @@ func parseHistograms(r io.Reader) (map[string]histogram, error) {
 		case "_bucket":
 			le, err := strconv.ParseFloat(label(line, "le"), 64)
 			if err != nil {
-				return nil, fmt.Errorf("bucket without a bound: %q", line)
+				return fmt.Errorf("bucket without a bound: %q", line)
 			}
 			h.le, h.cum = append(h.le, le), append(h.cum, value)
 		}
 		out[key] = h
-	}
-	return out, sc.Err()
+		return nil
+	})
+	return out, err
 }
 
 // label returns the value of label name in a sample line, "" if absent.

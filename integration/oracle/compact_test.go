@@ -184,29 +184,19 @@ func addNumbered(j *Judge, n int) { addSignals(j, n, "sig-") }
 func addSignals(j *Judge, n int, prefix string) {
 	value := make([]byte, 0, 100)
 	rec := Record{}
-	offsets := make([]int64, testParts)
-	for seq := range n {
-		user := uint64(seq%1000 + 1)
-		rec.Key = strconv.AppendUint(rec.Key[:0], user, 10)
-		rec.Partition = partitionOf(rec.Key, testParts)
-		rec.Offset = offsets[rec.Partition]
-		offsets[rec.Partition]++
-		value = append(strconv.AppendInt(append(value[:0], prefix...), int64(seq), 10), "-......"...)
-		rec.Value = value
-		rec.Timestamp = 1_700_000_000_000 + int64(seq)
-		j.AddSignal(rec)
-	}
-	clear(offsets)
-	for seq := range n {
-		user := uint64(seq%1000 + 1)
-		rec.Key = strconv.AppendUint(rec.Key[:0], user, 10)
-		rec.Partition = partitionOf(rec.Key, testParts)
-		rec.Offset = offsets[rec.Partition]
-		offsets[rec.Partition]++
-		value = append(strconv.AppendInt(append(value[:0], prefix...), int64(seq), 10), "-......"...)
-		rec.Value = value
-		rec.Timestamp = 1_700_000_000_000 + int64(seq)
-		j.AddCohort(rec)
+	for _, add := range []func(Record){j.AddSignal, j.AddCohort} {
+		offsets := make([]int64, testParts)
+		for seq := range n {
+			user := uint64(seq%1000 + 1)
+			rec.Key = strconv.AppendUint(rec.Key[:0], user, 10)
+			rec.Partition = partitionOf(rec.Key, testParts)
+			rec.Offset = offsets[rec.Partition]
+			offsets[rec.Partition]++
+			value = append(strconv.AppendInt(append(value[:0], prefix...), int64(seq), 10), "-......"...)
+			rec.Value = value
+			rec.Timestamp = 1_700_000_000_000 + int64(seq)
+			add(rec)
+		}
 	}
 }
 
