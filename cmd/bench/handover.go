@@ -131,8 +131,7 @@ func (hb *handoverBench) run(ctx context.Context) error {
 		}()
 	}
 	began := time.Now()
-	h := &harness{o: &runOptions{brokers: o.brokers}}
-	if err := h.produceCommands(ctx, string(hb.set.Commands), o.commands); err != nil {
+	if err := produceCommands(ctx, o.brokers, string(hb.set.Commands), o.commands); err != nil {
 		return err
 	}
 	hb.printf("%d commands (%d users) written in %.1fs; the seed processor applies them", o.commands, o.commands/2, time.Since(began).Seconds())
@@ -142,7 +141,11 @@ func (hb *handoverBench) run(ctx context.Context) error {
 		return err
 	}
 	hb.printf("seed: forwarding %v after its assignment (%.1f CPU-s)", seed.first.Round(time.Millisecond), seed.cpu)
-	if err := hb.waitJudged(ctx); err != nil {
+	if err := hb.a.waitJudged(ctx, hb.group, hb.set, 2*time.Minute, func(judged, total int64, meta string) {
+		if judged == total {
+			hb.printf("group metadata %q: every command judged", meta)
+		}
+	}); err != nil {
 		return err
 	}
 	end, _ := hb.a.endOffsets(ctx, string(hb.set.Changelog))
@@ -259,30 +262,6 @@ func (hb *handoverBench) take(ctx context.Context, name string, rep int, extra .
 	default:
 	}
 	return r, nil
-}
-
-// waitJudged waits until the group's committed metadata for the signals
-// partition says every command was judged: the next owner restores from
-// there.
-func (hb *handoverBench) waitJudged(ctx context.Context) error {
-	end, err := hb.a.endOffsets(ctx, string(hb.set.Commands))
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		resp, err := hb.a.adm.FetchOffsetsForTopics(ctx, hb.group, string(hb.set.Signals))
-		if err == nil {
-			if off, ok := resp.Lookup(string(hb.set.Signals), 0); ok && off.Err == nil {
-				if parts := strings.Split(off.Metadata, ":"); len(parts) >= 2 && parts[1] == strconv.FormatInt(end[0], 10) {
-					hb.printf("group metadata %q: every command judged", off.Metadata)
-					return nil
-				}
-			}
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	return fmt.Errorf("the seed's group never committed the judged offset %d", end[0])
 }
 
 func (hb *handoverBench) report(runs []handoverRun) {

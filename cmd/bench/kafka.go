@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cohortgate/cohortgate/integration/oracle"
 	"github.com/cohortgate/cohortgate/integration/workload"
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // admin is the harness's own Kafka client: topics, offsets, reading.
@@ -127,6 +129,60 @@ func (a *admin) committed(ctx context.Context, group, topic string) (offsets, er
 		}
 	}
 	return out, nil
+}
+
+// waitJudged waits, at most within, until group's committed metadata on
+// every partition of set's signals topic says every command of that
+// partition was judged (the "<event ns>:<judged offset>:<changelog>" the
+// processor commits beside its offsets): an owner with an empty data dir
+// then restores the partition's users from the changelog rather than
+// replaying its commands. progress, if set, is called about every five
+// seconds and once at the end with the commands judged, the total, and
+// the metadata of partition 0.
+func (a *admin) waitJudged(ctx context.Context, group string, set topics.Set, within time.Duration,
+	progress func(judged, total int64, meta string)) error {
+	end, err := a.endOffsets(ctx, string(set.Commands))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	var lastPrint time.Time
+	for {
+		resp, err := a.adm.FetchOffsetsForTopics(ctx, group, string(set.Signals))
+		if err == nil {
+			var judged int64
+			done, meta := true, ""
+			for p, e := range end {
+				j := int64(0)
+				if off, ok := resp.Lookup(string(set.Signals), p); ok && off.Err == nil {
+					if parts := strings.Split(off.Metadata, ":"); len(parts) >= 2 {
+						j, _ = strconv.ParseInt(parts[1], 10, 64)
+					}
+					if p == 0 {
+						meta = off.Metadata
+					}
+				}
+				judged += min(j, e)
+				done = done && j >= e
+			}
+			if progress != nil && (done || time.Since(lastPrint) >= 5*time.Second) {
+				lastPrint = time.Now()
+				progress(judged, end.sum(), meta)
+			}
+			if done {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("group %s never committed every command of %s as judged (%d commands) within %v: %w",
+				group, set.Commands, end.sum(), within, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // outputCount is what a run left in its output topic, read_committed.

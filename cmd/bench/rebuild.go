@@ -50,7 +50,7 @@ func (h *harness) rebuild(ctx context.Context, r *rebuildResult) error {
 		return err
 	}
 	start := time.Now()
-	if err := h.produceCommands(ctx, string(set.Commands), r.Commands); err != nil {
+	if err := produceCommands(ctx, h.o.brokers, string(set.Commands), r.Commands); err != nil {
 		return err
 	}
 	r.Produce = time.Since(start)
@@ -97,10 +97,12 @@ func (h *harness) rebuild(ctx context.Context, r *rebuildResult) error {
 	return nil
 }
 
-// produceCommands writes n commands to the single partition of topic: a
-// leave of users 1..n/2, then their rejoins, asynchronously.
-func (h *harness) produceCommands(ctx context.Context, topic string, n int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.o.brokers...), kgo.ClientID("cohortgate-bench-commands"),
+// produceCommands writes n commands to topic: a leave of users 1..n/2,
+// then their rejoins, asynchronously, each to the partition murmur2 gives
+// its key (one partition in the rebuild and the handover; bench instances
+// spreads the users over all of them).
+func produceCommands(ctx context.Context, brokers []string, topic string, n int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("cohortgate-bench-commands"),
 		kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		return err

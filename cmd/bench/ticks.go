@@ -33,18 +33,9 @@ func (h *harness) writeTicks(ctx context.Context, topic string, users uint64) er
 	if err := workload.Sleep(ctx, h.o.streamsGrace+time.Second); err != nil {
 		return err
 	}
-	n := h.o.partitions
-	keys := make([][]byte, n)
-	part := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
-	for u, found := users+1, 0; found < n; u++ {
-		key := topics.AppendUserID(nil, u)
-		p := part.Partition(&kgo.Record{Key: key}, n)
-		if keys[p] == nil {
-			keys[p], found = key, found+1
-		}
-	}
+	keys := keysByPartition(h.o.partitions, users+1)
 	now := time.Now()
-	recs := make([]*kgo.Record, 0, n)
+	recs := make([]*kgo.Record, 0, len(keys))
 	for p, key := range keys {
 		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(p), Key: key, Value: []byte(tickValue), Timestamp: now})
 	}
@@ -58,4 +49,20 @@ func (h *harness) writeTicks(ctx context.Context, topic string, users uint64) er
 		return fmt.Errorf("writing the end-of-input ticks: %w", err)
 	}
 	return nil
+}
+
+// keysByPartition returns, for each of n partitions, the key of the first
+// user id from `from` on that murmur2 (Kafka's default partitioner, which
+// the processor checks every record against) puts in that partition.
+func keysByPartition(n int, from uint64) [][]byte {
+	keys := make([][]byte, n)
+	part := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	for u, found := from, 0; found < n; u++ {
+		key := topics.AppendUserID(nil, u)
+		p := part.Partition(&kgo.Record{Key: key}, n)
+		if keys[p] == nil {
+			keys[p], found = key, found+1
+		}
+	}
+	return keys
 }
