@@ -208,6 +208,29 @@ bench-handover:
 	$(GO) build -o bin/bench ./cmd/bench
 	./bin/bench handover --brokers $(KAFKA_BROKERS) --commands $(HANDOVER_COMMANDS) --reps $(RUNS)
 
+# 1, 2 and 3 instances in one group on the same load (issue 16 §4,
+# cmd/bench/instances.go): a history of MEMBERS users (a leave and a
+# rejoin each, over 6 partitions) applied by a seed processor, then RUNS
+# rounds that grow one group from 1 to 3 instances, each new one with an
+# empty data dir (it restores its partitions from the changelog). Each
+# step: the time from the last rebalance to every partition forwarding a
+# probe again, and the group's total CPU-seconds per million signals
+# (and signals/s) over INSTANCES_SIGNALS signals written in one
+# transaction; median [min – max] over the rounds. Appends a section to
+# BENCHMARKS.md; logs under bin/instances-work. Against KAFKA_BROKERS;
+# not part of make bench (the seed replays 2×MEMBERS commands: about a
+# minute at 1M, ten at 10M).
+MEMBERS           ?= 1000000
+INSTANCES_SIGNALS ?= 5000000
+
+.PHONY: bench-instances
+bench-instances:
+	@mkdir -p bin
+	$(GO) build -o bin/processor ./cmd/processor
+	$(GO) build -o bin/bench ./cmd/bench
+	./bin/bench instances --brokers $(KAFKA_BROKERS) --members $(MEMBERS) --signals $(INSTANCES_SIGNALS) --runs $(RUNS) \
+		--invoked-as "make bench-instances KAFKA_BROKERS=$(KAFKA_BROKERS) MEMBERS=$(MEMBERS) INSTANCES_SIGNALS=$(INSTANCES_SIGNALS) RUNS=$(RUNS)"
+
 # The soak of issue 14 (cmd/chaos --scenarios soak; its package comment,
 # "Soak", states the rule): one processor binary for DURATION under a
 # steady load of leaves, rejoins and the hostile mix, at RATE signals/s,

@@ -70,6 +70,7 @@ const usage = `usage: bench run [flags]          the benchmark harness; appends 
        bench passthrough [flags]  the consume→produce baseline process
        bench scale [flags]        restart to ready at 1M to 100M members (make bench-scale)
        bench handover [flags]     an empty owner's first forwarded signal: replay against restore (make bench-handover)
+       bench instances [flags]    1, 2 and 3 instances in one group: rebalance to forwarding, CPU per million signals (make bench-instances)
 Run "bench <command> -h" for the flags.`
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -86,6 +87,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return scale(ctx, args[1:], stdout, stderr)
 	case "handover":
 		return handover(ctx, args[1:], stdout, stderr)
+	case "instances":
+		return instances(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stderr, usage)
 		return flag.ErrHelp
