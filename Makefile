@@ -218,8 +218,9 @@ bench-handover:
 # (and signals/s) over INSTANCES_SIGNALS signals written in one
 # transaction; median [min – max] over the rounds. Appends a section to
 # BENCHMARKS.md; logs under bin/instances-work. Against KAFKA_BROKERS;
-# not part of make bench (the seed replays 2×MEMBERS commands: about a
-# minute at 1M, ten at 10M).
+# not part of make bench (the seed replays 2×MEMBERS commands: 94 s at
+# 1M, 15 min at 10M on a shared 2-core machine; the whole run took 4m20s
+# at 1M with RUNS=3 and 18m27s at 10M with RUNS=1).
 MEMBERS           ?= 1000000
 INSTANCES_SIGNALS ?= 5000000
 
