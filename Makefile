@@ -217,20 +217,23 @@ bench-handover:
 # probe again, and the group's total CPU-seconds per million signals
 # (and signals/s) over INSTANCES_SIGNALS signals written in one
 # transaction; median [min – max] over the rounds. Appends a section to
-# BENCHMARKS.md; logs under bin/instances-work. Against KAFKA_BROKERS;
+# BENCHMARKS.md; logs under bin/instances-work. INSTANCES_FLAGS adds flags
+# (--cold: each step starts its n instances at once into an empty group).
+# Against KAFKA_BROKERS;
 # not part of make bench (the seed replays 2×MEMBERS commands: 94 s at
 # 1M, 15 min at 10M on a shared 2-core machine; the whole run took 4m20s
 # at 1M with RUNS=3 and 18m27s at 10M with RUNS=1).
 MEMBERS           ?= 1000000
 INSTANCES_SIGNALS ?= 5000000
+INSTANCES_FLAGS   ?=
 
 .PHONY: bench-instances
 bench-instances:
 	@mkdir -p bin
 	$(GO) build -o bin/processor ./cmd/processor
 	$(GO) build -o bin/bench ./cmd/bench
-	./bin/bench instances --brokers $(KAFKA_BROKERS) --members $(MEMBERS) --signals $(INSTANCES_SIGNALS) --runs $(RUNS) \
-		--invoked-as "make bench-instances KAFKA_BROKERS=$(KAFKA_BROKERS) MEMBERS=$(MEMBERS) INSTANCES_SIGNALS=$(INSTANCES_SIGNALS) RUNS=$(RUNS)"
+	./bin/bench instances --brokers $(KAFKA_BROKERS) --members $(MEMBERS) --signals $(INSTANCES_SIGNALS) --runs $(RUNS) $(INSTANCES_FLAGS) \
+		--invoked-as "make bench-instances KAFKA_BROKERS=$(KAFKA_BROKERS) MEMBERS=$(MEMBERS) INSTANCES_SIGNALS=$(INSTANCES_SIGNALS) RUNS=$(RUNS)$(if $(INSTANCES_FLAGS), INSTANCES_FLAGS='$(INSTANCES_FLAGS)')"
 
 # The soak of issue 14 (cmd/chaos --scenarios soak; its package comment,
 # "Soak", states the rule): one processor binary for DURATION under a

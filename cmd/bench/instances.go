@@ -67,6 +67,11 @@ import (
 //
 // At the end of a round every instance stops cleanly (SIGTERM, one at a
 // time, the newest first); the next round starts from empty data dirs.
+//
+// With --cold, a step starts all n instances at once, with empty data
+// dirs, into an empty group (the whole group replaced, or started on new
+// machines), and stops them after its batch; "the newcomer" above is then
+// every one of them.
 type instancesOptions struct {
 	brokers     []string
 	processor   string
@@ -84,6 +89,7 @@ type instancesOptions struct {
 	timeout     time.Duration
 	seedTimeout time.Duration
 	keep        bool
+	cold        bool
 }
 
 func parseInstancesOptions(args []string, stderr io.Writer) (*instancesOptions, error) {
@@ -107,6 +113,7 @@ func parseInstancesOptions(args []string, stderr io.Writer) (*instancesOptions, 
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound of each wait of a step (settling, the batch)")
 	fs.DurationVar(&o.seedTimeout, "seed-timeout", 60*time.Minute, "bound of the seed's replay of the history")
 	fs.BoolVar(&o.keep, "keep", false, "keep the topics and the group")
+	fs.BoolVar(&o.cold, "cold", false, "start each step's n instances at once into an empty group, instead of growing one group")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -240,7 +247,7 @@ func (ib *instancesBench) seed(ctx context.Context) error {
 	ib.printf("history written in %.1fs; the seed processor replays it from offset 0", ib.rep.HistoryWrite.Seconds())
 
 	began = time.Now()
-	seed, err := ib.start(0, 0, "--handover-replay")
+	seed, err := ib.start("seed", 0, "--handover-replay")
 	if err != nil {
 		return err
 	}
@@ -274,16 +281,22 @@ func (ib *instancesBench) seed(ctx context.Context) error {
 }
 
 // round grows the group from 1 to --max instances, a step each, then
-// stops them all. A failed step ends the round.
+// stops them all; with --cold, each step starts its group of n and stops
+// it. A failed step ends the round.
 func (ib *instancesBench) round(ctx context.Context, round int) {
 	var group []*child
-	defer func() {
+	stop := func() {
 		for _, c := range slices.Backward(group) {
 			c.stop(60 * time.Second)
 		}
-	}()
+		group = nil
+	}
+	defer stop()
 	for n := 1; n <= ib.o.max && ctx.Err() == nil; n++ {
 		s := instancesStep{Round: round, N: n}
+		if ib.o.cold {
+			stop()
+		}
 		err := ib.step(ctx, &s, &group)
 		if err != nil {
 			s.Err = err.Error()
@@ -299,8 +312,9 @@ func (ib *instancesBench) round(ctx context.Context, round int) {
 	}
 }
 
-// step starts the n-th instance beside the n-1 of *group, measures the
-// rebalance and then the batch; see the type's comment, steps 3 and 4.
+// step starts the n-th instance beside the n-1 of *group (with --cold,
+// n instances into an empty group), measures the rebalance and then the
+// batch; see the type's comment, steps 3 and 4.
 func (ib *instancesBench) step(ctx context.Context, s *instancesStep, group *[]*child) error {
 	o := ib.o
 	cpu0 := 0.0
@@ -311,12 +325,25 @@ func (ib *instancesBench) step(ctx context.Context, s *instancesStep, group *[]*
 	p := ib.newProber(ctx, fmt.Sprintf("r%d-n%d", s.Round, s.N))
 	defer p.close()
 	began := time.Now()
-	c, err := ib.start(s.Round, s.N)
-	if err != nil {
-		return err
+	newcomers := []int{s.N}
+	if ib.o.cold {
+		newcomers = newcomers[:0]
+		for k := 1; k <= s.N; k++ {
+			newcomers = append(newcomers, k)
+		}
 	}
-	*group = append(*group, c)
-	ib.printf("round %d: instance %d started; waiting for the group to settle", s.Round, s.N)
+	for _, k := range newcomers {
+		name := fmt.Sprintf("r%d-i%d", s.Round, k)
+		if ib.o.cold {
+			name = fmt.Sprintf("r%d-n%d-i%d", s.Round, s.N, k)
+		}
+		c, err := ib.start(name, k)
+		if err != nil {
+			return err
+		}
+		*group = append(*group, c)
+	}
+	ib.printf("round %d: instance(s) %v started; waiting for the group of %d to settle", s.Round, newcomers, s.N)
 
 	wctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -326,7 +353,7 @@ func (ib *instancesBench) step(ctx context.Context, s *instancesStep, group *[]*
 	for settled := false; !settled; {
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("not settled within %v: %s", o.timeout, ib.unsettled(ctx, s.N, mark, p))
+			return fmt.Errorf("not settled within %v: %s", o.timeout, ib.unsettled(ctx, s.N, newcomers, mark, p))
 		case <-tick.C:
 		}
 		for _, c := range *group {
@@ -335,8 +362,8 @@ func (ib *instancesBench) step(ctx context.Context, s *instancesStep, group *[]*
 			}
 		}
 		var ok bool
-		if last, ok = ib.log.lastAssigned(mark, s.N); !ok {
-			continue // the newcomer has no partitions yet
+		if last, ok = ib.log.lastAssigned(mark, newcomers); !ok {
+			continue // a newcomer has no partitions yet
 		}
 		if ok, _ = ib.groupStable(wctx, s.N); !ok {
 			continue
@@ -489,13 +516,9 @@ func (ib *instancesBench) writeTicks(ctx context.Context) error {
 	return cl.ProduceSync(ctx, recs...).FirstErr()
 }
 
-// start starts instance n of round (0, 0: the seed) with an empty data
-// dir, in the group.
-func (ib *instancesBench) start(round, n int, extra ...string) (*child, error) {
-	name := fmt.Sprintf("r%d-i%d", round, n)
-	if round == 0 {
-		name = "seed"
-	}
+// start starts the instance name, number n of its step (0: the seed),
+// with an empty data dir, in the group.
+func (ib *instancesBench) start(name string, n int, extra ...string) (*child, error) {
 	dir := filepath.Join(ib.work, name)
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
@@ -508,7 +531,7 @@ func (ib *instancesBench) start(round, n int, extra ...string) (*child, error) {
 		"--transactional-id", ib.id + "-" + name, "--exactly-once=true", "--grace", "0"}
 	args = append(args, workload.TopicFlags(ib.set)...)
 	args = append(args, extra...)
-	if ib.rep.Command == "" && round > 0 {
+	if ib.rep.Command == "" && n > 0 {
 		ib.rep.Command = "processor " + joinArgs(args)
 	}
 	return ib.procs.start(name, filepath.Join(ib.work, name+".log"), ib.log.onLine(n), ib.o.processor, args...)
@@ -555,10 +578,10 @@ func (ib *instancesBench) groupStable(ctx context.Context, n int) (bool, string)
 }
 
 // unsettled says why a step did not settle, for its error.
-func (ib *instancesBench) unsettled(ctx context.Context, n int, mark int, p *prober) string {
-	last, ok := ib.log.lastAssigned(mark, n)
+func (ib *instancesBench) unsettled(ctx context.Context, n int, newcomers []int, mark int, p *prober) string {
+	last, ok := ib.log.lastAssigned(mark, newcomers)
 	if !ok {
-		return fmt.Sprintf("instance %d never logged an assignment", n)
+		return fmt.Sprintf("not every one of the instances %v logged an assignment with partitions", newcomers)
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -652,20 +675,25 @@ func (l *groupLog) mark() int {
 }
 
 // lastAssigned returns the time of the latest assignment with partitions
-// since mark, provided instance newcomer has had one (before it, the
-// group's last rebalance has not happened).
-func (l *groupLog) lastAssigned(mark, newcomer int) (time.Time, bool) {
+// since mark, provided every one of the newcomers (instance numbers) has
+// had one: before that, the group's last rebalance has not happened.
+func (l *groupLog) lastAssigned(mark int, newcomers []int) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var last time.Time
-	seen := false
+	seen := make(map[int]bool, len(newcomers))
 	for _, e := range l.events[mark:] {
 		if e.kind == assignedSome {
 			last = e.at
-			seen = seen || e.instance == newcomer
+			seen[e.instance] = true
 		}
 	}
-	return last, seen
+	for _, n := range newcomers {
+		if !seen[n] {
+			return time.Time{}, false
+		}
+	}
+	return last, true
 }
 
 // firstReleased returns the time of the first "partitions released" line

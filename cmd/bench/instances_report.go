@@ -144,7 +144,11 @@ func (r *instancesReport) markdown() string {
 		invoked = fmt.Sprintf("bench instances --members %d --signals %d --runs %d", o.members, o.signals, o.runs)
 	}
 	m := r.Machine
-	w("## %s UTC: 1 to %d instances in one group, %s members (issue 16 §4)\n\n", r.Started.UTC().Format("2006-01-02 15:04"), o.max, thousands(float64(o.members)))
+	how := "in one group"
+	if o.cold {
+		how = "started at once into an empty group"
+	}
+	w("## %s UTC: 1 to %d instances %s, %s members (issue 16 §4)\n\n", r.Started.UTC().Format("2006-01-02 15:04"), o.max, how, thousands(float64(o.members)))
 	w("- machine: %d cores, %s, %.0f GiB RAM, %s; %s at the start, %s at the end (shared with other work)\n",
 		m.Cores, m.CPU, m.MemGiB, m.Go, m.LoadAvg, r.LoadAvgEnd)
 	w("- broker: %s (one KRaft node, on the same machine)\n", r.Broker)
@@ -174,7 +178,11 @@ func (r *instancesReport) markdown() string {
 			secs(row.CPU), secs(row.CPUvsOne),
 			spreadText(row.Rate, thousands), rss)
 	}
-	w("\nMedian [min – max] over the rounds. A round grows one group: the n-th instance starts, with an empty data dir, beside the n-1 already forwarding (for 1, into an empty group), and takes its partitions from them by the cooperative-sticky rebalance. ")
+	if o.cold {
+		w("\nMedian [min – max] over the rounds. Each step starts n instances at once, each with an empty data dir, into an empty group (every instance replaced at once); they restore their partitions from the changelog, and are stopped after the step's batch. ")
+	} else {
+		w("\nMedian [min – max] over the rounds. A round grows one group: the n-th instance starts, with an empty data dir, beside the n-1 already forwarding (for 1, into an empty group), and takes its partitions from them by the cooperative-sticky rebalance. ")
+	}
 	w("Last rebalance → every partition forwarding: from the last `partitions assigned` log line of any instance (as the harness read it) to the read, read_committed from the output, of the first probe written after it on the last partition to forward one; probes are written to every partition every %v, so the figure is ≥ the time they take through the group and is resolved to that interval. ", o.probeEvery)
 	w("First release → every partition forwarding: from the first `partitions released` line of a running instance (the rebalance's start: cooperative-sticky takes the moving partitions away in a first rebalance and hands them out in a second) to the same moment; – for 1 instance. ")
 	w("Worst probe wait: the longest a probe written during the step took from its write to its read: what a signal waited at worst, first rebalance (revocation) included. ")

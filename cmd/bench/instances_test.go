@@ -46,20 +46,27 @@ func TestGroupLogLastAssigned(t *testing.T) {
 	}
 	add(0, 1, assignedSome) // an earlier step
 	mark := l.mark()
-	if _, ok := l.lastAssigned(mark, 2); ok {
+	if _, ok := l.lastAssigned(mark, []int{2}); ok {
 		t.Fatal("a last assignment before anything happened in the step")
 	}
 	add(1*time.Second, 1, released)
 	add(2*time.Second, 1, assignedNone)
-	if _, ok := l.lastAssigned(mark, 2); ok {
+	if _, ok := l.lastAssigned(mark, []int{2}); ok {
 		t.Fatal("a last assignment before the newcomer had partitions")
 	}
 	add(3*time.Second, 2, assignedSome)
 	add(4*time.Second, 2, restored)
 	add(5*time.Second, 1, assignedNone)
-	last, ok := l.lastAssigned(mark, 2)
+	last, ok := l.lastAssigned(mark, []int{2})
 	if !ok || !last.Equal(base.Add(3*time.Second)) {
 		t.Errorf("lastAssigned = %v, %v; want %v, true", last, ok, base.Add(3*time.Second))
+	}
+	if _, ok := l.lastAssigned(mark, []int{1, 2}); ok {
+		t.Error("a last assignment before instance 1 had partitions in the step")
+	}
+	add(6*time.Second, 1, assignedSome)
+	if last, ok := l.lastAssigned(mark, []int{1, 2}); !ok || !last.Equal(base.Add(6*time.Second)) {
+		t.Errorf("lastAssigned of 1 and 2 = %v, %v; want %v, true", last, ok, base.Add(6*time.Second))
 	}
 	if rel, ok := l.firstReleased(mark); !ok || !rel.Equal(base.Add(time.Second)) {
 		t.Errorf("firstReleased = %v, %v; want %v, true", rel, ok, base.Add(time.Second))
