@@ -42,9 +42,9 @@ type changelogView struct {
 	stats   recoveryStats
 	// With latest only:
 	//
-	// restore holds, per user, the restore header of the user's latest
-	// record (nil when it has none, or is a tombstone).
-	restore map[uint64][]byte
+	// restore holds the restore header of every record read, in the
+	// order read, for a restore to take each user's latest.
+	restore *restoreHeaders
 	// lossy says why records may be missing from the changelog (a policy
 	// that deletes, records deleted below a partition's start), or nil.
 	lossy error
@@ -304,7 +304,7 @@ func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (c
 func (v *changelogView) start(latest bool) {
 	v.byUser = make(map[uint64]map[uint64]membership.LateLeave)
 	if latest {
-		v.restore = make(map[uint64][]byte)
+		v.restore = &restoreHeaders{}
 	}
 }
 
@@ -319,13 +319,14 @@ var noWindows = []byte(`"late_leaves":[]`)
 func (v *changelogView) add(user uint64, r *kgo.Record) error {
 	v.stats.records++
 	if v.restore != nil {
-		var h []byte
+		var h []byte // the last restore header, if any
+		has := false
 		for _, hd := range r.Headers {
 			if hd.Key == topics.HeaderRestore && r.Value != nil {
-				h = bytes.Clone(hd.Value)
+				h, has = hd.Value, true
 			}
 		}
-		v.restore[user] = h
+		v.restore.add(user, h, has)
 	}
 	if bytes.Contains(r.Value, noWindows) {
 		return nil // no window to decode (most records)
