@@ -336,3 +336,60 @@ func corruptHeader(recs []*kgo.Record, user uint64) []*kgo.Record {
 	}
 	return out
 }
+
+// TestRestoreHeadersLatest: over several sorted runs, latest keeps each
+// user's last record in the order read, header or none, as a map written
+// in that order would.
+func TestRestoreHeadersLatest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(16, 41))
+	for _, tc := range []struct {
+		name    string
+		records int
+		users   uint64
+	}{
+		{"empty", 0, 1},
+		{"one run", 1000, 300},
+		{"runs and a tail", 3*headerRun + 17, 200_000},
+		{"one user", headerRun + 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hs restoreHeaders
+			want := make(map[uint64][]byte) // nil: no header
+			for i := range tc.records {
+				user := rng.Uint64N(tc.users)
+				h := []byte(fmt.Sprint("h", i))
+				has := rng.IntN(10) > 0
+				if !has {
+					h = nil
+				}
+				hs.add(user, h, has)
+				want[user] = h
+			}
+			refs, missing := hs.latest()
+			if len(refs) != len(want) {
+				t.Fatalf("%d users, want %d", len(refs), len(want))
+			}
+			wantMissing := 0
+			for i, ref := range refs {
+				if i > 0 && refs[i-1].user >= ref.user {
+					t.Fatalf("user %d after user %d", ref.user, refs[i-1].user)
+				}
+				w, ok := want[ref.user]
+				switch {
+				case !ok:
+					t.Fatalf("user %d never read", ref.user)
+				case w == nil:
+					wantMissing++
+					if ref.n >= 0 {
+						t.Fatalf("user %d: header %q, want none", ref.user, hs.header(ref))
+					}
+				case ref.n < 0 || !bytes.Equal(hs.header(ref), w):
+					t.Fatalf("user %d: header %d, want %q", ref.user, ref.n, w)
+				}
+			}
+			if missing != wantMissing {
+				t.Fatalf("missing %d, want %d", missing, wantMissing)
+			}
+		})
+	}
+}

@@ -220,8 +220,13 @@ type changelogReader struct {
 // user's latest restore header, and checks that the changelog keeps every
 // user's latest record: its cleanup.policy is compact alone, and no
 // partition read starts above offset 0.
-func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (changelogView, error) {
+func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (_ changelogView, err error) {
 	var v changelogView
+	defer func() {
+		if err != nil && v.restore != nil {
+			v.restore.wait() // the restore that would have waited drops v
+		}
+	}()
 	topic := cr.topic
 	parts := []int32{part}
 	if cr.changelogPartitions != cr.signalPartitions {

@@ -133,8 +133,8 @@ type Dump struct {
 
 	asm     *assembler // Decode's, kept from one Decode to the next
 	raw     []byte     // the dump
-	records int    // users-space records in raw
-	ids     int    // where the identities start in raw
+	records int        // users-space records in raw
+	ids     int        // where the identities start in raw
 }
 
 // WithoutIdentities returns d without its command identities, so that an
