@@ -440,6 +440,11 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 	}
 	info.Ingested = time.Since(start) - info.Read - info.Written
 	reflected := make(map[uint64]int64)
+	gated := 0
+	for i := range parts {
+		gated += len(parts[i].users)
+	}
+	a.gate.Grow(gated)
 	for i := range parts {
 		p := &parts[i]
 		for _, r := range p.reflected {
