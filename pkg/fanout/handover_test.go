@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -391,5 +392,110 @@ func TestRestoreHeadersLatest(t *testing.T) {
 				t.Fatalf("missing %d, want %d", missing, wantMissing)
 			}
 		})
+	}
+}
+
+// TestRestoreInPartsIsTheSource: a restore large enough to be written by
+// restoreWorkers goroutines, each a range of users, from a changelog with
+// an older record before most users' latest, holds the same bytes as the
+// store whose dumps the records carry (states, histories, late-leave
+// windows, notes, identities) with the judged checkpoint, and the gate
+// holds every user's episodes.
+func TestRestoreInPartsIsTheSource(t *testing.T) {
+	users := uint64(restoreWorkers*restoreChunk + 1000)
+	src, err := membership.Open("src", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var recs []*kgo.Record
+	record := func(b *membership.Batch, u uint64, offset int64) {
+		h, err := b.AppendDump(appendRestoreHeader(nil, offset), u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Key: topics.AppendUserID(nil, u), Value: []byte(`{"late_leaves":[]}`),
+			Headers: []kgo.RecordHeader{{Key: topics.HeaderRestore, Value: h}}})
+	}
+	b := src.NewBatch()
+	for u := range users {
+		if _, err := b.Leave(u, 100+u); err != nil {
+			t.Fatal(err)
+		}
+		if u%4 != 0 {
+			record(b, u, int64(3*u)) // an older record, superseded below
+		}
+		if u%2 == 0 {
+			if _, err := b.Rejoin(u, 200+u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if u%5 == 0 {
+			if err := b.RecordLateLeave(u, membership.LateLeave{LeftAtNs: 100 + u, ForwardedThroughNs: 150 + u, Exact: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.SetNote(u, []byte(fmt.Sprintf(`{"n":%d}`, u))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each user's latest record, in an order that is not the users'.
+	for i := range users {
+		u := (i * 7919) % users
+		record(b, u, int64(3*u+1))
+	}
+	b.Close()
+
+	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg := Config{Brokers: []string{"x:1"}, Logger: slog.New(slog.DiscardHandler)}
+	cfg.EnsureDefaults()
+	ev := EventListener{}
+	ev.EnsureDefaults()
+	g := gate.New()
+	rec := &recoverer{src: &fakeChangelog{recs: recs}, store: store, ev: ev, log: cfg.Logger}
+	r := &restorer{cfg: &cfg, store: store, gate: g, rec: rec, ev: ev}
+	judged := int64(3 * users)
+	c := newClaim(0, 1, 0, 0)
+	c.judgedBelow, c.changelogID, c.restore = judged, "cl", true
+	var info HandoverInfo
+	if why, err := r.restore(context.Background(), c, judged, &info); err != nil || why != nil {
+		t.Fatalf("restore: %v, %v", err, why)
+	}
+	if info.Users != int(users) {
+		t.Fatalf("restored %d users, want %d", info.Users, users)
+	}
+	// The source's batch is never committed: each user's latest dump is
+	// what the restored store must hold, byte for byte.
+	got := make(map[uint64][]byte)
+	if err := store.Export(func(u uint64, d []byte) error { got[u] = bytes.Clone(d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := len(recs) - int(users); i < len(recs); i++ {
+		u, _ := topics.ParseUserID(recs[i].Key)
+		_, dump, err := parseRestoreHeader(recs[i].Headers[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[u], dump) {
+			t.Fatalf("user %d: restored\n  %x\nwant\n  %x", u, got[u], dump)
+		}
+		d, err := membership.DecodeDump(dump)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantEps := gateEpisodes(nil, d.Member.Episodes(nil))
+		if gotEps := g.Episodes(u, nil); !slices.Equal(gotEps, wantEps) {
+			t.Fatalf("user %d: gate %v, want %v", u, gotEps, wantEps)
+		}
+	}
+	if len(got) != int(users) {
+		t.Fatalf("store holds %d users, want %d", len(got), users)
+	}
+	if cp, ok, err := store.Checkpoint(string(cfg.Topics.Commands), 0); err != nil || !ok || cp != judged {
+		t.Fatalf("commands checkpoint %d, %v, %v; want %d", cp, ok, err, judged)
 	}
 }
