@@ -198,7 +198,10 @@ bench-scale:
 # offset 0 and one restoring it from the changelog (RUNS, as for
 # bench-scale); prints the time from
 # the assignment to the first forwarded signal and the CPU seconds, median
-# (min–max). Against KAFKA_BROKERS; not part of make bench.
+# (min–max). Against KAFKA_BROKERS; not part of make bench. For an A/B of a
+# change, ./bin/bench handover --keep once, then --reuse <name> with
+# --baseline <other binary> (--replay=false skips the replays, --profile
+# takes CPU profiles); see cmd/bench/handover.go.
 HANDOVER_COMMANDS ?= 2000000
 
 .PHONY: bench-handover

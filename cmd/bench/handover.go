@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,14 +41,24 @@ import (
 //
 // The changelog is as the seed left it: two records per user (compaction
 // has not run on the active segment), the worst case for the restore.
+//
+// Step 1 takes minutes; --keep keeps its topics and group, and --reuse
+// runs step 2 on them again. --baseline names a second processor binary
+// whose restores run interleaved with --processor's in every round (an
+// A/B of a change), and --profile takes a CPU profile of each restoring
+// processor from its start.
 type handoverOptions struct {
 	brokers   []string
 	processor string
+	baseline  string // a second binary restoring in each round, or ""
 	workDir   string
 	commands  int
 	reps      int
+	replay    bool // a replaying owner in each round
 	timeout   time.Duration
 	keep      bool
+	reuse     string        // the name of kept topics and group, or ""
+	profile   time.Duration // CPU profile of each restore for this long, or 0
 }
 
 func handover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -61,13 +72,20 @@ func handover(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.commands, "commands", 2_000_000, "commands in the partition: a leave and a rejoin of commands/2 users")
 	fs.IntVar(&o.reps, "reps", 3, "rounds of (replay, restore)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long one processor may take to forward")
-	fs.BoolVar(&o.keep, "keep", false, "keep the topics")
+	fs.BoolVar(&o.keep, "keep", false, "keep the topics and the group (their name is printed), for --reuse")
+	fs.StringVar(&o.reuse, "reuse", "", "the name (handover-...) of the topics and group a --keep run kept, its --commands written and judged: skip the seed")
+	fs.StringVar(&o.baseline, "baseline", "", "a second processor binary restoring in each round, interleaved with --processor's (path changelog-baseline)")
+	fs.BoolVar(&o.replay, "replay", true, "run a replaying owner in each round")
+	fs.DurationVar(&o.profile, "profile", 0, "take a CPU profile of each restoring processor for this long from its start (<work-dir>/<run>.cpu.pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	o.brokers = cmdline.List(brokers)
 	if len(o.brokers) == 0 {
 		return errors.New("--brokers: none (set KAFKA_BROKERS)")
+	}
+	if o.reuse != "" {
+		o.keep = true
 	}
 	hb := &handoverBench{o: o, out: stdout, start: time.Now()}
 	return hb.run(ctx)
@@ -109,16 +127,13 @@ func (hb *handoverBench) run(ctx context.Context) error {
 		return err
 	}
 	defer hb.a.close()
-	id := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	hb.set = workload.Topics("handover-" + id)
-	hb.group = "handover-" + id
-	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
-		return err
+	name := o.reuse
+	if name == "" {
+		name = "handover-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	err = workload.CreateTopics(cctx, hb.a.adm, hb.set, 1, -1)
-	cancel()
-	if err != nil {
+	hb.set = workload.Topics(name)
+	hb.group = name
+	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
 		return err
 	}
 	if !o.keep {
@@ -130,51 +145,94 @@ func (hb *handoverBench) run(ctx context.Context) error {
 			_, _ = hb.a.adm.DeleteGroup(dctx, hb.group)
 		}()
 	}
-	began := time.Now()
-	if err := produceCommands(ctx, o.brokers, string(hb.set.Commands), o.commands); err != nil {
-		return err
-	}
-	hb.printf("%d commands (%d users) written in %.1fs; the seed processor applies them", o.commands, o.commands/2, time.Since(began).Seconds())
-
-	seed, err := hb.take(ctx, "seed", 0, "--handover-replay")
-	if err != nil {
-		return err
-	}
-	hb.printf("seed: forwarding %v after its assignment (%.1f CPU-s)", seed.first.Round(time.Millisecond), seed.cpu)
-	if err := hb.a.waitJudged(ctx, hb.group, hb.set, 2*time.Minute, func(judged, total int64, meta string) {
-		if judged == total {
-			hb.printf("group metadata %q: every command judged", meta)
+	if o.reuse == "" {
+		if err := hb.seed(ctx); err != nil {
+			return err
 		}
-	}); err != nil {
-		return err
+	} else if err := hb.waitJudged(ctx, 10*time.Second); err != nil {
+		return fmt.Errorf("--reuse %s: %w", o.reuse, err)
 	}
 	end, _ := hb.a.endOffsets(ctx, string(hb.set.Changelog))
 	hb.printf("changelog: %d records", end.sum())
 
+	type path struct{ mode, bin string }
+	var paths []path
+	if o.replay {
+		paths = append(paths, path{"replay", o.processor})
+	}
+	paths = append(paths, path{"changelog", o.processor})
+	if o.baseline != "" {
+		paths = append(paths, path{"changelog-baseline", o.baseline})
+	}
 	var runs []handoverRun
 	for rep := 1; rep <= o.reps; rep++ {
-		for _, mode := range []string{"replay", "changelog"} {
+		// The restores alternate their order from round to round, so
+		// that neither always follows the replay.
+		order := slices.Clone(paths)
+		if rep%2 == 0 && o.baseline != "" {
+			n := len(order)
+			order[n-2], order[n-1] = order[n-1], order[n-2]
+		}
+		for _, p := range order {
 			var extra []string
-			if mode == "replay" {
+			if p.mode == "replay" {
 				extra = append(extra, "--handover-replay")
 			}
-			r, err := hb.take(ctx, fmt.Sprintf("%s-%d", mode, rep), rep, extra...)
+			r, err := hb.take(ctx, fmt.Sprintf("%s-%d", p.mode, rep), p.bin, rep, p.mode != "replay", extra...)
 			if err != nil {
 				return err
 			}
-			r.mode = mode
+			r.mode = p.mode
 			runs = append(runs, r)
 			hb.printf("%s %d: first signal forwarded %v after the assignment, %.1f CPU-s; caught up in %v%s",
-				mode, rep, r.first.Round(time.Millisecond), r.cpu, r.caughtUp, r.restore)
+				p.mode, rep, r.first.Round(time.Millisecond), r.cpu, r.caughtUp, r.restore)
 		}
 	}
 	hb.report(runs)
 	return nil
 }
 
+// seed creates the topics, writes the commands and has a first processor
+// apply them, until its group committed their judged offset.
+func (hb *handoverBench) seed(ctx context.Context) error {
+	o := hb.o
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	err := workload.CreateTopics(cctx, hb.a.adm, hb.set, 1, -1)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		hb.printf("topics and group %s kept: run again with --reuse %s --commands %d", hb.group, hb.group, o.commands)
+	}
+	began := time.Now()
+	if err := produceCommands(ctx, o.brokers, string(hb.set.Commands), o.commands); err != nil {
+		return err
+	}
+	hb.printf("%d commands (%d users) written in %.1fs; the seed processor applies them", o.commands, o.commands/2, time.Since(began).Seconds())
+	seed, err := hb.take(ctx, "seed", o.processor, 0, false, "--handover-replay")
+	if err != nil {
+		return err
+	}
+	hb.printf("seed: forwarding %v after its assignment (%.1f CPU-s)", seed.first.Round(time.Millisecond), seed.cpu)
+	return hb.waitJudged(ctx, 2*time.Minute)
+}
+
+// waitJudged waits, at most within, until the group's committed metadata
+// says every command was judged.
+func (hb *handoverBench) waitJudged(ctx context.Context, within time.Duration) error {
+	return hb.a.waitJudged(ctx, hb.group, hb.set, within, func(judged, total int64, meta string) {
+		if judged == total {
+			hb.printf("group metadata %q: every command judged", meta)
+		}
+	})
+}
+
 // take starts a processor with an empty data dir, waits for it to forward
 // a signal produced for it, stops it, and returns the figures.
-func (hb *handoverBench) take(ctx context.Context, name string, rep int, extra ...string) (handoverRun, error) {
+// With profile and --profile, it takes a CPU profile of the processor from
+// its start.
+func (hb *handoverBench) take(ctx context.Context, name, bin string, rep int, profile bool, extra ...string) (handoverRun, error) {
 	var r handoverRun
 	o := hb.o
 	out, err := hb.a.endOffsets(ctx, string(hb.set.Cohort))
@@ -211,11 +269,30 @@ func (hb *handoverBench) take(ctx context.Context, name string, rep int, extra .
 		"--transactional-id", "handover-" + name}
 	args = append(args, workload.TopicFlags(hb.set)...)
 	args = append(args, extra...)
-	c, err := hb.procs.start(name, filepath.Join(o.workDir, name+".log"), onLine, o.processor, args...)
+	profile = profile && o.profile > 0
+	if profile {
+		args = append(args, "--pprof")
+	}
+	c, err := hb.procs.start(name, filepath.Join(o.workDir, name+".log"), onLine, bin, args...)
 	if err != nil {
 		return r, err
 	}
 	defer c.stop(60 * time.Second)
+	if profile {
+		// The profile is taken whole before the processor is stopped.
+		path := filepath.Join(o.workDir, name+".cpu.pprof")
+		done := make(chan error, 1)
+		go func() {
+			done <- fetchProfile(ctx, "http://"+addr, "profile", 200*time.Millisecond, o.profile, path)
+		}()
+		defer func() {
+			if err := <-done; err != nil {
+				hb.printf("%s: profile: %v", name, err)
+			} else {
+				hb.printf("%s: profile in %s", name, path)
+			}
+		}()
+	}
 
 	cl, err := kgo.NewClient(append(readerOpts(o.brokers), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{string(hb.set.Cohort): {0: kgo.NewOffset().At(out[0])}}))...)
@@ -269,7 +346,7 @@ func (hb *handoverBench) report(runs []handoverRun) {
 		hb.o.commands, hb.o.commands/2, hb.o.reps)
 	fmt.Fprintln(hb.out, "| path | first forward: median (min–max) | CPU-s of the processor: median (min–max) |")
 	fmt.Fprintln(hb.out, "|---|---:|---:|")
-	for _, mode := range []string{"replay", "changelog"} {
+	for _, mode := range []string{"replay", "changelog", "changelog-baseline"} {
 		var ds []time.Duration
 		var cpus []time.Duration
 		for _, r := range runs {
@@ -277,6 +354,9 @@ func (hb *handoverBench) report(runs []handoverRun) {
 				ds = append(ds, r.first)
 				cpus = append(cpus, time.Duration(r.cpu*float64(time.Second)))
 			}
+		}
+		if len(ds) == 0 {
+			continue
 		}
 		d, c := summarize(ds), summarize(cpus)
 		fmt.Fprintf(hb.out, "| %s | %.2f s (%.2f–%.2f) | %.1f (%.1f–%.1f) |\n", mode,

@@ -163,7 +163,8 @@
 //   - handover.go: a partition's users restored from the changelog on
 //     an owner with no state for it;
 //   - claim.go: what both sides share about one owned partition;
-//   - recover.go: late-leave windows recovered from the changelog;
+//   - recover.go: late-leave windows recovered from the changelog, and
+//     the restore headers a read keeps for handover.go;
 //   - align.go: alignment of signals with the commands, and the aligner;
 //   - forwarded.go: the signals a claim forwarded, for exact windows;
 //   - queue.go: a lane's queue of held signals;

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -70,37 +69,6 @@ import (
 // together, membership.Import), before the gate learns it. The applier, which does
 // it, applies no other partition's commands meanwhile.
 
-// decodedChunk is a chunk of users' dumps decoded from their restore
-// headers, with the commands offsets the records follow, or the error of
-// the first that did not decode.
-type decodedChunk struct {
-	dumps   []membership.Dump
-	offsets []int64
-	err     error
-}
-
-// decodeChunk decodes the restore headers of users.
-func decodeChunk(headers map[uint64][]byte, users []uint64) decodedChunk {
-	ch := decodedChunk{dumps: make([]membership.Dump, 0, len(users)), offsets: make([]int64, 0, len(users))}
-	for _, user := range users {
-		offset, raw, err := parseRestoreHeader(headers[user])
-		var d membership.Dump
-		if err == nil {
-			d, err = membership.DecodeDump(raw)
-		}
-		if err == nil && d.Member.UserID != user {
-			err = errors.New("restore header of another user under a record's key")
-		}
-		if err != nil {
-			ch.err = err
-			return ch
-		}
-		ch.dumps = append(ch.dumps, d)
-		ch.offsets = append(ch.offsets, offset)
-	}
-	return ch
-}
-
 // restoreHeaderVersion is the first byte of a restore header, followed by
 // the commands offset the record follows (u64 BE) and the user's dump.
 const restoreHeaderVersion = 1
@@ -129,6 +97,89 @@ func firstByte(b []byte) int {
 		return -1
 	}
 	return int(b[0])
+}
+
+// restoreWorkers is how many goroutines decode and write a restore's
+// users, each a range of them: the two cores a processor is sized for.
+const restoreWorkers = 2
+
+// restorePart is one restore worker's range of users and what it made of
+// them.
+type restorePart struct {
+	refs []headerRef // the users' latest headers, in user order
+	ip   *membership.ImportPart
+
+	// The users with episodes, users[i]'s episodes being
+	// eps[ends[i-1]:ends[i]], for the gate once the import committed.
+	users []uint64
+	ends  []int
+	eps   []gate.Episode
+	// reflected lists the users whose records follow a command at or
+	// after the judged offset.
+	reflected []reflectedUser
+
+	why error // the first header that did not decode: replay instead
+	err error // a store failure
+}
+
+type reflectedUser struct {
+	user   uint64
+	offset int64
+}
+
+// write decodes p's headers from hs and puts them into p's import part,
+// keeping the episodes and the reflected users; it stops at the first
+// header that does not decode (why), store failure (err), or when ctx
+// ends (why).
+func (p *restorePart) write(ctx context.Context, hs *restoreHeaders, judged int64, withoutIdentities bool) {
+	var (
+		d    membership.Dump
+		meps []membership.Episode
+	)
+	for i, ref := range p.refs {
+		if i%restoreChunk == 0 && ctx.Err() != nil {
+			p.why = ctx.Err()
+			return
+		}
+		offset, raw, err := parseRestoreHeader(hs.header(ref))
+		if err == nil {
+			err = d.Decode(raw)
+		}
+		if err == nil && d.Member.UserID != ref.user {
+			err = fmt.Errorf("restore header of user %d under a record of user %d", d.Member.UserID, ref.user)
+		}
+		if err != nil {
+			p.why = err
+			return
+		}
+		if withoutIdentities {
+			d = d.WithoutIdentities()
+		}
+		if err := p.ip.Put(d); err != nil {
+			p.err = err
+			return
+		}
+		if offset >= judged {
+			p.reflected = append(p.reflected, reflectedUser{ref.user, offset})
+		}
+		if meps = d.Member.Episodes(meps[:0]); len(meps) > 0 {
+			p.users = append(p.users, ref.user)
+			p.eps = gateEpisodes(p.eps, meps)
+			p.ends = append(p.ends, len(p.eps))
+		}
+	}
+}
+
+// gate sets p's users' episodes in g.
+func (p *restorePart) gate(g *gate.Map) error {
+	from := 0
+	for i, user := range p.users {
+		if err := g.Set(user, p.eps[from:p.ends[i]]); err != nil {
+			return fmt.Errorf("unable to gate user %d: %w", user, err)
+		}
+		from = p.ends[i]
+	}
+	return nil
 }
 
 // restorer restores claims from the changelog for the commands side,
@@ -182,106 +233,83 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		return errors.New("the offset metadata does not name the changelog that holds the records of every " +
 			"command judged (written by an older version, or the changelog was created again since)"), nil
 	}
-	read := time.Now()
+	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
 	view, err := a.rec.src.read(rctx, c.partition, true)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("unable to read the changelog: %w", err), nil
 	}
-	info.Read = time.Since(read)
+	defer view.restore.wait() // on every return: no sort outlives the restore
+	info.Read = time.Since(start)
 	if view.lossy != nil {
 		return view.lossy, nil
 	}
 
-	users := make([]uint64, 0, len(view.restore))
-	missing := 0
-	for user, h := range view.restore {
-		if h == nil {
-			missing++
-			continue
-		}
-		users = append(users, user)
+	if view.restore.err != nil {
+		return view.restore.err, nil
 	}
+	refs, missing := view.restore.latest()
 	if missing > 0 {
 		return fmt.Errorf("%d users' latest changelog records carry no restore header (written by an older "+
 			"version, trimmed to fit with history_omitted, or tombstones)", missing), nil
 	}
-	// In user order: the import writes sorted table files as it goes.
-	slices.Sort(users)
+	// Decoding the headers and writing the tables is most of the work
+	// after the read: each of restoreWorkers goroutines does it for a
+	// range of users, into a part of the import of its own, joined
+	// before the import commits.
 	im := a.store.NewImport()
 	defer im.Close()
-	reflected := make(map[uint64]int64)
-	var (
-		gated []uint64 // users with episodes, and their episodes in eps
-		ends  []int
-		geps  []gate.Episode
-		meps  []membership.Episode
-	)
-	// Decoding and writing each take about half the time: a goroutine
-	// decodes chunks of users while this one writes them, joined before
-	// restore returns.
-	chunks := make(chan decodedChunk, 2)
-	stop := make(chan struct{})
+	parts := make([]restorePart, max(1, min(restoreWorkers, len(refs)/restoreChunk)))
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(chunks)
-		for from := 0; from < len(users); from += restoreChunk {
-			ch := decodeChunk(view.restore, users[from:min(from+restoreChunk, len(users))])
-			select {
-			case chunks <- ch:
-			case <-stop:
-				return
-			}
-			if ch.err != nil {
-				return
-			}
-		}
-	}()
-	defer wg.Wait()
-	defer close(stop)
-	for ch := range chunks {
-		if ch.err != nil {
-			return fmt.Errorf("a user's restore header does not decode: %w", ch.err), nil
-		}
-		for i, d := range ch.dumps {
-			if a.cfg.UnsafeRestoreWithoutIdentities {
-				d = d.WithoutIdentities()
-			}
-			if err := im.Put(d); err != nil {
-				return nil, err
-			}
-			if offset := ch.offsets[i]; offset >= c.judgedBelow {
-				reflected[d.Member.UserID] = offset
-			}
-			if meps = d.Member.Episodes(meps[:0]); len(meps) > 0 {
-				gated = append(gated, d.Member.UserID)
-				geps = gateEpisodes(geps, meps)
-				ends = append(ends, len(geps))
-			}
+	for i := range parts {
+		p := &parts[i]
+		p.refs = refs[i*len(refs)/len(parts) : (i+1)*len(refs)/len(parts)]
+		p.ip = im.Part()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.write(ctx, view.restore, c.judgedBelow, a.cfg.UnsafeRestoreWithoutIdentities)
+		}()
+	}
+	wg.Wait()
+	for i := range parts {
+		if p := &parts[i]; p.err != nil {
+			return nil, p.err
+		} else if p.why != nil {
+			return fmt.Errorf("a user's restore header does not decode: %w", p.why), nil
 		}
 	}
+	info.Written = time.Since(start) - info.Read
 	if err := im.SetCheckpoint(string(a.cfg.Topics.Commands), c.partition, c.judgedBelow); err != nil {
 		return nil, err
 	}
 	if err := im.Commit(); err != nil {
 		return nil, fmt.Errorf("unable to store the users restored from the changelog: %w", err)
 	}
-	from := 0
-	for i, user := range gated {
-		if err := a.gate.Set(user, geps[from:ends[i]]); err != nil {
-			return nil, fmt.Errorf("unable to gate user %d: %w", user, err)
-		}
-		from = ends[i]
+	info.Ingested = time.Since(start) - info.Read - info.Written
+	reflected := make(map[uint64]int64)
+	gated := 0
+	for i := range parts {
+		gated += len(parts[i].users)
 	}
+	a.gate.Grow(gated)
+	for i := range parts {
+		p := &parts[i]
+		for _, r := range p.reflected {
+			reflected[r.user] = r.offset
+		}
+		if err := p.gate(a.gate); err != nil {
+			return nil, err
+		}
+	}
+	info.Gated = time.Since(start) - info.Read - info.Written - info.Ingested
 	c.recovery.done = true
 	if err := a.rec.attachAll(view.windows, &c.recovery); err != nil {
 		return nil, err
 	}
 	c.reflected = reflected
-	info.Users, info.Records, info.Windows, info.Reflected = len(users), view.stats.records, view.stats.windows, len(reflected)
+	info.Users, info.Records, info.Windows, info.Reflected = len(refs), view.stats.records, view.stats.windows, len(reflected)
 	// The signals wait for applied to pass the commands' end, so it
 	// moves only now that the store and the gate hold the users.
 	c.applied.Store(c.judgedBelow)

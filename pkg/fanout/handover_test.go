@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -335,4 +336,166 @@ func corruptHeader(recs []*kgo.Record, user uint64) []*kgo.Record {
 		}
 	}
 	return out
+}
+
+// TestRestoreHeadersLatest: over several sorted runs, latest keeps each
+// user's last record in the order read, header or none, as a map written
+// in that order would.
+func TestRestoreHeadersLatest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(16, 41))
+	for _, tc := range []struct {
+		name    string
+		records int
+		users   uint64
+	}{
+		{"empty", 0, 1},
+		{"one run", 1000, 300},
+		{"runs and a tail", 3*headerRun + 17, 200_000},
+		{"one user", headerRun + 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hs restoreHeaders
+			want := make(map[uint64][]byte) // nil: no header
+			for i := range tc.records {
+				user := rng.Uint64N(tc.users)
+				h := []byte(fmt.Sprint("h", i))
+				has := rng.IntN(10) > 0
+				if !has {
+					h = nil
+				}
+				hs.add(user, h, has)
+				want[user] = h
+			}
+			refs, missing := hs.latest()
+			if len(refs) != len(want) {
+				t.Fatalf("%d users, want %d", len(refs), len(want))
+			}
+			wantMissing := 0
+			for i, ref := range refs {
+				if i > 0 && refs[i-1].user >= ref.user {
+					t.Fatalf("user %d after user %d", ref.user, refs[i-1].user)
+				}
+				w, ok := want[ref.user]
+				switch {
+				case !ok:
+					t.Fatalf("user %d never read", ref.user)
+				case w == nil:
+					wantMissing++
+					if ref.n >= 0 {
+						t.Fatalf("user %d: header %q, want none", ref.user, hs.header(ref))
+					}
+				case ref.n < 0 || !bytes.Equal(hs.header(ref), w):
+					t.Fatalf("user %d: header %d, want %q", ref.user, ref.n, w)
+				}
+			}
+			if missing != wantMissing {
+				t.Fatalf("missing %d, want %d", missing, wantMissing)
+			}
+		})
+	}
+}
+
+// TestRestoreInPartsIsTheSource: a restore large enough to be written by
+// restoreWorkers goroutines, each a range of users, from a changelog with
+// an older record before most users' latest, holds the same bytes as the
+// store whose dumps the records carry (states, histories, late-leave
+// windows, notes, identities) with the judged checkpoint, and the gate
+// holds every user's episodes.
+func TestRestoreInPartsIsTheSource(t *testing.T) {
+	users := uint64(restoreWorkers*restoreChunk + 1000)
+	src, err := membership.Open("src", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var recs []*kgo.Record
+	record := func(b *membership.Batch, u uint64, offset int64) {
+		h, err := b.AppendDump(appendRestoreHeader(nil, offset), u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Key: topics.AppendUserID(nil, u), Value: []byte(`{"late_leaves":[]}`),
+			Headers: []kgo.RecordHeader{{Key: topics.HeaderRestore, Value: h}}})
+	}
+	b := src.NewBatch()
+	for u := range users {
+		if _, err := b.Leave(u, 100+u); err != nil {
+			t.Fatal(err)
+		}
+		if u%4 != 0 {
+			record(b, u, int64(3*u)) // an older record, superseded below
+		}
+		if u%2 == 0 {
+			if _, err := b.Rejoin(u, 200+u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if u%5 == 0 {
+			if err := b.RecordLateLeave(u, membership.LateLeave{LeftAtNs: 100 + u, ForwardedThroughNs: 150 + u, Exact: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.SetNote(u, []byte(fmt.Sprintf(`{"n":%d}`, u))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each user's latest record, in an order that is not the users'.
+	for i := range users {
+		u := (i * 7919) % users
+		record(b, u, int64(3*u+1))
+	}
+	b.Close()
+
+	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg := Config{Brokers: []string{"x:1"}, Logger: slog.New(slog.DiscardHandler)}
+	cfg.EnsureDefaults()
+	ev := EventListener{}
+	ev.EnsureDefaults()
+	g := gate.New()
+	rec := &recoverer{src: &fakeChangelog{recs: recs}, store: store, ev: ev, log: cfg.Logger}
+	r := &restorer{cfg: &cfg, store: store, gate: g, rec: rec, ev: ev}
+	judged := int64(3 * users)
+	c := newClaim(0, 1, 0, 0)
+	c.judgedBelow, c.changelogID, c.restore = judged, "cl", true
+	var info HandoverInfo
+	if why, err := r.restore(context.Background(), c, judged, &info); err != nil || why != nil {
+		t.Fatalf("restore: %v, %v", err, why)
+	}
+	if info.Users != int(users) {
+		t.Fatalf("restored %d users, want %d", info.Users, users)
+	}
+	// The source's batch is never committed: each user's latest dump is
+	// what the restored store must hold, byte for byte.
+	got := make(map[uint64][]byte)
+	if err := store.Export(func(u uint64, d []byte) error { got[u] = bytes.Clone(d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := len(recs) - int(users); i < len(recs); i++ {
+		u, _ := topics.ParseUserID(recs[i].Key)
+		_, dump, err := parseRestoreHeader(recs[i].Headers[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[u], dump) {
+			t.Fatalf("user %d: restored\n  %x\nwant\n  %x", u, got[u], dump)
+		}
+		d, err := membership.DecodeDump(dump)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantEps := gateEpisodes(nil, d.Member.Episodes(nil))
+		if gotEps := g.Episodes(u, nil); !slices.Equal(gotEps, wantEps) {
+			t.Fatalf("user %d: gate %v, want %v", u, gotEps, wantEps)
+		}
+	}
+	if len(got) != int(users) {
+		t.Fatalf("store holds %d users, want %d", len(got), users)
+	}
+	if cp, ok, err := store.Checkpoint(string(cfg.Topics.Commands), 0); err != nil || !ok || cp != judged {
+		t.Fatalf("commands checkpoint %d, %v, %v; want %d", cp, ok, err, judged)
+	}
 }

@@ -2,10 +2,15 @@ package fanout
 
 import (
 	"bytes"
+	"cmp"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -42,9 +47,9 @@ type changelogView struct {
 	stats   recoveryStats
 	// With latest only:
 	//
-	// restore holds, per user, the restore header of the user's latest
-	// record (nil when it has none, or is a tombstone).
-	restore map[uint64][]byte
+	// restore holds the restore header of every record read, in the
+	// order read, for a restore to take each user's latest.
+	restore *restoreHeaders
 	// lossy says why records may be missing from the changelog (a policy
 	// that deletes, records deleted below a partition's start), or nil.
 	lossy error
@@ -220,8 +225,13 @@ type changelogReader struct {
 // user's latest restore header, and checks that the changelog keeps every
 // user's latest record: its cleanup.policy is compact alone, and no
 // partition read starts above offset 0.
-func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (changelogView, error) {
+func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (_ changelogView, err error) {
 	var v changelogView
+	defer func() {
+		if err != nil && v.restore != nil {
+			v.restore.wait() // the restore that would have waited drops v
+		}
+	}()
 	topic := cr.topic
 	parts := []int32{part}
 	if cr.changelogPartitions != cr.signalPartitions {
@@ -304,7 +314,7 @@ func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (c
 func (v *changelogView) start(latest bool) {
 	v.byUser = make(map[uint64]map[uint64]membership.LateLeave)
 	if latest {
-		v.restore = make(map[uint64][]byte)
+		v.restore = &restoreHeaders{}
 	}
 }
 
@@ -319,13 +329,14 @@ var noWindows = []byte(`"late_leaves":[]`)
 func (v *changelogView) add(user uint64, r *kgo.Record) error {
 	v.stats.records++
 	if v.restore != nil {
-		var h []byte
+		var h []byte // the last restore header, if any
+		has := false
 		for _, hd := range r.Headers {
 			if hd.Key == topics.HeaderRestore && r.Value != nil {
-				h = bytes.Clone(hd.Value)
+				h, has = hd.Value, true
 			}
 		}
-		v.restore[user] = h
+		v.restore.add(user, h, has)
 	}
 	if bytes.Contains(r.Value, noWindows) {
 		return nil // no window to decode (most records)
@@ -381,4 +392,151 @@ func (cr *changelogReader) cleanupPolicy(ctx context.Context) (string, error) {
 		}
 	}
 	return "", errors.New("describing the changelog's configs: no cleanup.policy")
+}
+
+// restoreHeaders keeps the restore headers of the changelog records read,
+// in the order read, for a restore to take each user's latest
+// (latest). A partition of a million users is two million records when
+// compaction has not run, so nothing here is per record on the heap: the
+// headers are copied into an arena of large chunks and indexed by
+// pointer-free entries, which the garbage collector does not trace, and
+// no map grows by a million users (a map of cloned headers took most of
+// the restore's time). The entries come in runs of headerRun; each full
+// run is sorted by a goroutine of its own while the read goes on, which
+// leaves latest a merge of sorted runs.
+type restoreHeaders struct {
+	chunks [][]byte
+	runs   [][]headerRef // full runs, sorted or being sorted
+	cur    []headerRef   // the run being filled
+	n      int           // entries added
+	sorts  sync.WaitGroup
+	err    error // why the headers cannot be used (too many), or nil
+}
+
+// headerRef is where a record's restore header is in the arena.
+type headerRef struct {
+	user  uint64
+	seq   uint32 // the record's place in the order read
+	chunk uint32
+	at    uint32
+	n     int32 // the header's length; -1 for a record without one
+}
+
+// compareRefs orders refs by user, then in the order read.
+func compareRefs(a, b headerRef) int {
+	if c := cmp.Compare(a.user, b.user); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.seq, b.seq)
+}
+
+const (
+	// headerChunk is the size of an arena chunk: a few thousand headers
+	// (a user's dump with a long history may be larger; it gets a chunk
+	// alone).
+	headerChunk = 1 << 20
+	// headerRun is how many entries a run holds: sorted in a few tens of
+	// milliseconds, and few runs to merge at millions of records.
+	headerRun = 1 << 18
+)
+
+// add appends user's record's header h (has false: the record has none).
+func (hs *restoreHeaders) add(user uint64, h []byte, has bool) {
+	if hs.err != nil {
+		return
+	}
+	if hs.n == math.MaxUint32 || len(h) > math.MaxInt32 {
+		hs.err = fmt.Errorf("more than %d changelog records, or a restore header of %d bytes", math.MaxUint32, len(h))
+		return
+	}
+	ref := headerRef{user: user, seq: uint32(hs.n), n: -1}
+	if has {
+		last := len(hs.chunks) - 1
+		if last < 0 || len(hs.chunks[last])+len(h) > cap(hs.chunks[last]) {
+			hs.chunks = append(hs.chunks, make([]byte, 0, max(headerChunk, len(h))))
+			last++
+		}
+		ref.chunk, ref.at, ref.n = uint32(last), uint32(len(hs.chunks[last])), int32(len(h))
+		hs.chunks[last] = append(hs.chunks[last], h...)
+	}
+	if hs.cur == nil {
+		hs.cur = make([]headerRef, 0, headerRun)
+	}
+	hs.cur = append(hs.cur, ref)
+	hs.n++
+	if len(hs.cur) == headerRun {
+		run := hs.cur
+		hs.runs = append(hs.runs, run)
+		hs.cur = nil
+		hs.sorts.Add(1)
+		go func() {
+			defer hs.sorts.Done()
+			slices.SortFunc(run, compareRefs)
+		}()
+	}
+}
+
+// wait waits for the runs being sorted. latest calls it; a reader that
+// drops hs calls it too, so that no sort outlives the read.
+func (hs *restoreHeaders) wait() { hs.sorts.Wait() }
+
+// header returns the header ref points at; ref.n >= 0.
+func (hs *restoreHeaders) header(ref headerRef) []byte {
+	return hs.chunks[ref.chunk][ref.at : ref.at+uint32(ref.n)]
+}
+
+// latest merges the sorted runs and keeps each user's latest entry,
+// returning them in user order and how many of them have no header.
+func (hs *restoreHeaders) latest() (refs []headerRef, missing int) {
+	slices.SortFunc(hs.cur, compareRefs)
+	hs.wait()
+	runs := hs.runs
+	if len(hs.cur) > 0 {
+		runs = append(runs, hs.cur)
+	}
+	hs.runs, hs.cur = nil, nil
+	// A k-way merge: the head of every run in a small heap. Runs hold
+	// records in the order read, so a user's entries pop in that order
+	// and the last popped is the latest.
+	out := make([]headerRef, 0, hs.n)
+	h := make(refHeap, 0, len(runs))
+	for _, r := range runs {
+		if len(r) > 0 {
+			h = append(h, r)
+		}
+	}
+	heap.Init(&h)
+	for len(h) > 0 {
+		ref := h[0][0]
+		if h[0] = h[0][1:]; len(h[0]) == 0 {
+			heap.Pop(&h)
+		} else {
+			heap.Fix(&h, 0)
+		}
+		if n := len(out); n > 0 && out[n-1].user == ref.user {
+			out[n-1] = ref
+			continue
+		}
+		out = append(out, ref)
+	}
+	for _, ref := range out {
+		if ref.n < 0 {
+			missing++
+		}
+	}
+	return out, missing
+}
+
+// refHeap is a heap of sorted runs by their heads.
+type refHeap [][]headerRef
+
+func (h refHeap) Len() int           { return len(h) }
+func (h refHeap) Less(i, j int) bool { return compareRefs(h[i][0], h[j][0]) < 0 }
+func (h refHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *refHeap) Push(x any)        { *h = append(*h, x.([]headerRef)) }
+func (h *refHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }

@@ -27,7 +27,8 @@
 // Any number of goroutines may call [Map.Allows], [Map.Episodes], [Map.Len]
 // and [Map.MemoryBytes] at any time, also while [Map.Set] runs. Readers take
 // no lock and Allows allocates nothing. Set calls are serialized on a mutex;
-// they are rare (membership commands and the start-up restore).
+// they are rare (membership commands and the start-up restore). [Map.Grow]
+// takes the same mutex: it rebuilds the table as a growing Set does.
 //
 // A reader that runs concurrently with a Set of the same user sees either
 // the episodes before that Set or the episodes after it, never a mix: every

@@ -156,6 +156,32 @@ func (m *Map) Set(userID uint64, eps []Episode) error {
 	return nil
 }
 
+// Grow makes room for n more users with episodes, so that setting them
+// does not rebuild the table on the way: one rebuild now, if the table is
+// too small, instead of one per doubling (a restore of a partition's
+// million users spent most of its gate time in them). Values above 2^28
+// count as 2^28. Grow is safe to call from several goroutines; it
+// serializes with Set.
+func (m *Map) Grow(n int) {
+	n = min(n, maxCapacity)
+	if n <= 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.table.Load()
+	if t == nil { // zero Map
+		m.installLocked(newTable(slotsFor(n)))
+		return
+	}
+	// A new user rebuilds when used reaches maxUsed: n more must stay
+	// below it.
+	if m.mu.used+n < maxUsed(len(t.slots)) {
+		return
+	}
+	m.rebuildLocked(t, int(m.live.Load())+n)
+}
+
 func validate(userID uint64, eps []Episode) error {
 	if i, reason := badEpisode(eps); reason != "" {
 		e := eps[i]

@@ -409,3 +409,61 @@ func mustSet(t testing.TB, m *Map, userID uint64, eps []Episode) {
 		t.Fatal(err)
 	}
 }
+
+// TestGrow: after Grow(n), setting n new users keeps the table (no
+// rebuild on the way), and the users already in it stay; without Grow the
+// same sets rebuild it.
+func TestGrow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before int // users set before Grow
+		grow   int
+	}{
+		{"zero map", -1, 10_000},
+		{"empty", 0, 10_000},
+		{"holding users", 5_000, 20_000},
+		{"room already", 3, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New()
+			if tc.before < 0 {
+				m = &Map{}
+			}
+			for u := range uint64(max(tc.before, 0)) {
+				if err := m.Set(u, []Episode{{LeftAtNs: u, RejoinedAtNs: OpenEnd}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m.Grow(tc.grow)
+			tbl := m.table.Load()
+			for i := range uint64(tc.grow) {
+				u := 1<<40 + i
+				if err := m.Set(u, []Episode{{LeftAtNs: 1, RejoinedAtNs: 2}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if m.table.Load() != tbl {
+				t.Fatalf("the table was rebuilt while setting the %d users Grow made room for", tc.grow)
+			}
+			if got, want := m.Len(), max(tc.before, 0)+tc.grow; got != want {
+				t.Fatalf("Len = %d, want %d", got, want)
+			}
+			for u := range uint64(max(tc.before, 0)) {
+				if m.Allows(u, u) {
+					t.Fatalf("user %d set before Grow is allowed inside its episode", u)
+				}
+			}
+		})
+	}
+	// The control: the same sets without Grow rebuild.
+	m := New()
+	tbl := m.table.Load()
+	for u := range uint64(10_000) {
+		if err := m.Set(u, []Episode{{LeftAtNs: 1, RejoinedAtNs: 2}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.table.Load() == tbl {
+		t.Fatal("10,000 users set without Grow did not rebuild the table; the test shows nothing")
+	}
+}

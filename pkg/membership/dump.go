@@ -2,6 +2,7 @@ package membership
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -130,9 +131,10 @@ type Dump struct {
 	// Identities is how many command identities the dump holds.
 	Identities int
 
-	raw     []byte // the dump, a copy
-	records int    // users-space records in raw
-	ids     int    // where the identities start in raw
+	asm     *assembler // Decode's, kept from one Decode to the next
+	raw     []byte     // the dump
+	records int        // users-space records in raw
+	ids     int        // where the identities start in raw
 }
 
 // WithoutIdentities returns d without its command identities, so that an
@@ -145,10 +147,9 @@ func (d Dump) WithoutIdentities() Dump {
 }
 
 // each calls fn with the full key and the value of every record of d:
-// those of the users space, or of the identities space. key is only valid
-// during the call. d was checked by DecodeDump.
-func (d *Dump) each(space byte, fn func(key, value []byte) error) error {
-	var buf [64]byte
+// those of the users space, or of the identities space. The keys are
+// built in buf, which fn must not keep. d was checked by DecodeDump.
+func (d *Dump) each(space byte, buf []byte, fn func(key, value []byte) error) error {
 	key := append(buf[:0], space)
 	key = binary.BigEndian.AppendUint64(key, d.Member.UserID)
 	if space == spaceIdentities {
@@ -182,14 +183,39 @@ func (d *Dump) each(space byte, fn func(key, value []byte) error) error {
 // a record Restore would refuse, identities out of order, trailing bytes)
 // is an error wrapping ErrCorrupt. The Dump shares no memory with b.
 func DecodeDump(b []byte) (Dump, error) {
+	var d Dump
+	if err := d.Decode(bytes.Clone(b)); err != nil {
+		return Dump{}, err
+	}
+	if len(d.Member.History) == 0 {
+		d.Member.History = nil
+	}
+	if len(d.Member.LateLeaves) == 0 {
+		d.Member.LateLeaves = nil
+	}
+	return d, nil
+}
+
+// Decode decodes and checks the dump b into d, as DecodeDump does, but
+// without copying anything: afterwards d refers to b (the records an
+// Import writes, Member.Note), so b must not change while d is in use,
+// and Member.History and Member.LateLeaves reuse the arrays of d's
+// previous decode. A restore of millions of users decodes them all into
+// one Dump with no allocation per user. On error, d holds no member.
+func (d *Dump) Decode(b []byte) error {
+	a := d.asm
+	if a == nil {
+		a = &assembler{noteInPlace: true, emit: func(*Member) error { return nil }}
+	}
+	hist, late := d.Member.History[:0], d.Member.LateLeaves[:0]
+	*d = Dump{asm: a}
 	name := []byte("dump")
 	if len(b) < 1+8 {
-		return Dump{}, corruptf(name, "dump has %d bytes, want at least 9", len(b))
+		return corruptf(name, "dump has %d bytes, want at least 9", len(b))
 	}
 	if b[0] != dumpVersion {
-		return Dump{}, corruptf(name, "dump version %d, want %d", b[0], dumpVersion)
+		return corruptf(name, "dump version %d, want %d", b[0], dumpVersion)
 	}
-	b = bytes.Clone(b)
 	user := binary.BigEndian.Uint64(b[1:9])
 	rest := b[9:]
 	next := func(what string) ([]byte, error) {
@@ -211,70 +237,55 @@ func DecodeDump(b []byte) (Dump, error) {
 	}
 	n, err := count("record")
 	if err != nil {
-		return Dump{}, err
+		return err
 	}
-	d := Dump{Member: Member{CommunityMembership: CommunityMembership{UserID: user}}, raw: b, records: n}
-	var a assembler
-	a.emit = func(m *Member) error {
-		d.Member.CommunityMembership = m.CommunityMembership
-		if len(m.History) > 0 {
-			d.Member.History = slices.Clone(m.History)
-		}
-		if len(m.LateLeaves) > 0 {
-			d.Member.LateLeaves = slices.Clone(m.LateLeaves)
-		}
-		return nil
-	}
+	// The assembler starts each member with the arrays of the last; the
+	// member it emits stays in a.m.
+	a.have = false
+	a.m = Member{CommunityMembership: CommunityMembership{UserID: user}, History: hist, LateLeaves: late}
 	var bufs [2][64]byte
 	var prev []byte
 	for i := range n {
 		k, err := next("key")
 		if err != nil {
-			return Dump{}, err
+			return err
 		}
 		v, err := next("value")
 		if err != nil {
-			return Dump{}, err
+			return err
 		}
 		key := appendUserKey(bufs[i%2][:0], user, 0)[:1+8]
 		key = append(key, k...)
 		if prev != nil && bytes.Compare(key, prev) <= 0 {
-			return Dump{}, corruptf(key, "dump of user %d: record out of key order", user)
+			return corruptf(key, "dump of user %d: record out of key order", user)
 		}
-		kind := recordKind(0)
-		if uid, kd, _, err := decodeUserKey(key); err != nil {
-			return Dump{}, err
+		if uid, _, _, err := decodeUserKey(key); err != nil {
+			return err
 		} else if uid != user {
-			return Dump{}, corruptf(key, "dump of user %d holds a record of user %d", user, uid)
-		} else {
-			kind = kd
+			return corruptf(key, "dump of user %d holds a record of user %d", user, uid)
 		}
 		if err := a.add(key, v); err != nil {
-			return Dump{}, err
-		}
-		if kind == kindNote {
-			d.Member.Note = v // in the dump's own copy
+			return err
 		}
 		prev = key
 	}
 	if err := a.finish(); err != nil {
-		return Dump{}, err
+		return err
 	}
-	m, err := count("identity")
+	ids, err := count("identity")
 	if err != nil {
-		return Dump{}, err
+		return err
 	}
-	if m*identityDigestLen != len(rest) {
-		return Dump{}, corruptf(name, "dump of user %d: %d identities in %d bytes, want %d", user, m, len(rest), m*identityDigestLen)
+	if ids*identityDigestLen != len(rest) {
+		return corruptf(name, "dump of user %d: %d identities in %d bytes, want %d", user, ids, len(rest), ids*identityDigestLen)
 	}
-	for i := 1; i < m; i++ {
+	for i := 1; i < ids; i++ {
 		if bytes.Compare(rest[(i-1)*identityDigestLen:i*identityDigestLen], rest[i*identityDigestLen:(i+1)*identityDigestLen]) >= 0 {
-			return Dump{}, corruptf(name, "dump of user %d: identities out of order", user)
+			return corruptf(name, "dump of user %d: identities out of order", user)
 		}
 	}
-	d.Identities = m
-	d.ids = len(b) - len(rest)
-	return d, nil
+	*d = Dump{Member: a.m, Identities: ids, asm: a, raw: b, records: n, ids: len(b) - len(rest)}
+	return nil
 }
 
 // Import writes dumps into the store without reading it, with
@@ -283,77 +294,109 @@ func DecodeDump(b []byte) (Dump, error) {
 //
 // Put writes each dump at once into sorted table files, one for the users
 // key space (the checkpoints follow it) and one for the identities, and
-// Commit ingests both (Pebble's Ingest, as CockroachDB applies a replica
+// Commit ingests them (Pebble's Ingest, as CockroachDB applies a replica
 // snapshot): no write-ahead log, no sort of a batch of millions of keys,
 // nothing held in memory, and the files are in the store whole or not at
 // all.
 //
+// Several goroutines can write one Import side by side, each into a part
+// of its own (Part) holding a range of users that no other part's
+// overlaps: Commit ingests every part's files at once.
+//
 // Like a Bulk it trusts the caller for what it cannot see without
 // reading: the store holds no records of the users it is given, and no
-// Batch is open on them. It checks that users come in ascending order,
-// each once. Each dump was checked by DecodeDump. An Import belongs to one
-// goroutine.
+// Batch is open on them. It checks that users come in ascending order
+// within a part, each once, and that parts do not overlap. Each dump was
+// checked by Dump.Decode. An Import and each of its parts belong to one
+// goroutine at a time: Part and Commit are the Import's owner's, called
+// while no part is being written.
 type Import struct {
 	s           *Store
-	w           [2]*sstable.Writer // users space, identities space
-	paths       [2]string
-	n           int
-	last        uint64
+	parts       []*ImportPart // parts[0] is Put's
 	checkpoints [][2][]byte
 	done        bool
-	err         error // the first error of a Put, which Commit returns
+}
+
+// ImportPart is one writer of an Import: a users table file and an
+// identities one, holding an ascending range of users.
+type ImportPart struct {
+	im    *Import
+	w     [2]*sstable.Writer // users space, identities space
+	paths [2]string
+	n     int
+	first uint64 // the first user put, when n > 0
+	last  uint64
+	err   error    // the first error of a Put, which Commit returns
+	key   [64]byte // where Put builds keys: no allocation per record
 }
 
 // NewImport returns an empty Import.
 func (s *Store) NewImport() *Import {
-	return &Import{s: s}
+	im := &Import{s: s}
+	im.parts = []*ImportPart{{im: im}}
+	return im
 }
 
+// Part returns a new part of im, empty, for another goroutine to Put a
+// range of users into.
+func (im *Import) Part() *ImportPart {
+	p := &ImportPart{im: im}
+	im.parts = append(im.parts, p)
+	return p
+}
+
+// Put writes the records of d into im's first part, as ImportPart.Put.
+func (im *Import) Put(d Dump) error { return im.parts[0].Put(d) }
+
 // Put writes the records of d, byte for byte as the dump holds them. Its
-// user must be above the previous Put's.
-func (im *Import) Put(d Dump) error {
-	if im.done {
+// user must be above the previous Put's of p.
+func (p *ImportPart) Put(d Dump) error {
+	if p.im.done {
 		return ErrBatchDone
 	}
-	if im.err != nil {
-		return im.err
+	if p.err != nil {
+		return p.err
 	}
-	if im.n > 0 && d.Member.UserID <= im.last {
-		return errInvalidf("import: user %d after user %d", d.Member.UserID, im.last)
+	if p.n > 0 && d.Member.UserID <= p.last {
+		return errInvalidf("import: user %d after user %d", d.Member.UserID, p.last)
 	}
-	if im.w[0] == nil {
-		if err := im.create(); err != nil {
-			im.err = im.s.storageErr("import", err)
-			return im.err
+	if p.w[0] == nil {
+		if err := p.create(); err != nil {
+			p.err = p.im.s.storageErr("import", err)
+			return p.err
 		}
 	}
-	err := d.each(spaceUsers, im.w[0].Set)
+	err := d.each(spaceUsers, p.key[:], p.w[0].Set)
 	if err == nil {
-		err = d.each(spaceIdentities, im.w[1].Set)
+		err = d.each(spaceIdentities, p.key[:], p.w[1].Set)
 	}
 	if err != nil {
-		im.err = im.s.storageErr(fmt.Sprintf("import user %d", d.Member.UserID), err)
-		return im.err
+		p.err = p.im.s.storageErr(fmt.Sprintf("import user %d", d.Member.UserID), err)
+		return p.err
 	}
-	im.last = d.Member.UserID
-	im.n++
+	if p.n == 0 {
+		p.first = d.Member.UserID
+	}
+	p.last = d.Member.UserID
+	p.n++
 	return nil
 }
 
-// create makes the two table files.
-func (im *Import) create() error {
-	fs := im.s.opts.FS
+// create makes the part's two table files.
+func (p *ImportPart) create() error {
+	s := p.im.s
+	fs := s.opts.FS
 	po := &pebble.Options{}
 	po.EnsureDefaults()
-	wo := po.MakeWriterOptions(0, im.s.db.TableFormat())
-	for i := range im.w {
-		path := fs.PathJoin(im.s.dir, fmt.Sprintf("import-%d-%d.sst", os.Getpid(), ingestSeq.Add(1)))
+	wo := po.MakeWriterOptions(0, s.db.TableFormat())
+	for i := range p.w {
+		path := fs.PathJoin(s.dir, fmt.Sprintf("import-%d-%d.sst", os.Getpid(), ingestSeq.Add(1)))
 		f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 		if err != nil {
 			return err
 		}
-		im.paths[i] = path
-		im.w[i] = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+		p.paths[i] = path
+		p.w[i] = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
 	}
 	return nil
 }
@@ -374,46 +417,78 @@ func (im *Import) SetCheckpoint(topic string, partition int32, next int64) error
 	return nil
 }
 
-// Len returns the dumps written.
-func (im *Import) Len() int { return im.n }
+// Len returns the dumps written, by every part.
+func (im *Import) Len() int {
+	n := 0
+	for _, p := range im.parts {
+		n += p.n
+	}
+	return n
+}
 
 // Commit makes what was written part of the store, all or nothing, and
-// durably. The Import is done afterwards, whatever the result.
+// durably. The Import is done afterwards, whatever the result. It fails
+// with an error wrapping ErrInvalid, and writes nothing, if two parts'
+// ranges of users overlap.
 func (im *Import) Commit() (err error) {
 	if im.done {
 		return ErrBatchDone
 	}
 	defer im.Close()
-	if im.err != nil {
-		return im.err
+	n := im.Len()
+	for _, p := range im.parts {
+		if p.err != nil {
+			return p.err
+		}
 	}
-	op := fmt.Sprintf("commit import of %d users", im.n)
+	// The parts' files are ingested together, so no two may overlap:
+	// in user order, each part starts above the previous one's end.
+	// The checkpoints follow every user, in the last part's users file
+	// (the first part's when none holds a user).
+	parts := slices.DeleteFunc(slices.Clone(im.parts), func(p *ImportPart) bool { return p.n == 0 })
+	slices.SortFunc(parts, func(a, b *ImportPart) int { return cmp.Compare(a.first, b.first) })
+	for i := 1; i < len(parts); i++ {
+		if parts[i].first <= parts[i-1].last {
+			return errInvalidf("import: a part of users %d to %d overlaps one of users %d to %d",
+				parts[i].first, parts[i].last, parts[i-1].first, parts[i-1].last)
+		}
+	}
+	if len(parts) == 0 {
+		parts = im.parts[:1]
+	}
+	op := fmt.Sprintf("commit import of %d users", n)
 	if err := im.s.usable(op); err != nil {
 		return err
 	}
 	err = func() (err error) {
 		defer im.s.guardBare(&err)
-		if im.w[0] == nil {
-			if err := im.create(); err != nil {
+		tail := parts[len(parts)-1]
+		if tail.w[0] == nil {
+			if err := tail.create(); err != nil {
 				return err
 			}
 		}
 		slices.SortFunc(im.checkpoints, func(a, b [2][]byte) int { return bytes.Compare(a[0], b[0]) })
 		for _, c := range im.checkpoints {
-			if err := im.w[0].Set(c[0], c[1]); err != nil {
+			if err := tail.w[0].Set(c[0], c[1]); err != nil {
 				return err
 			}
 		}
-		paths := make([]string, 0, 2)
-		for i, w := range im.w {
-			im.w[i] = nil
-			if err := w.Close(); err != nil {
-				return err
-			}
-			if md, err := w.Metadata(); err != nil {
-				return err
-			} else if md.Properties.NumEntries > 0 {
-				paths = append(paths, im.paths[i])
+		var paths []string
+		for _, p := range parts {
+			for i, w := range p.w {
+				if w == nil {
+					continue
+				}
+				p.w[i] = nil
+				if err := w.Close(); err != nil {
+					return err
+				}
+				if md, err := w.Metadata(); err != nil {
+					return err
+				} else if md.Properties.NumEntries > 0 {
+					paths = append(paths, p.paths[i])
+				}
 			}
 		}
 		if len(paths) == 0 {
@@ -435,16 +510,18 @@ var ingestSeq atomic.Uint64
 // after Commit.
 func (im *Import) Close() error {
 	im.done = true
-	for i, w := range im.w {
-		if w != nil {
-			_ = w.Close()
-			im.w[i] = nil
+	for _, p := range im.parts {
+		for i, w := range p.w {
+			if w != nil {
+				_ = w.Close()
+				p.w[i] = nil
+			}
 		}
-	}
-	for i, p := range im.paths {
-		if p != "" {
-			_ = im.s.opts.FS.Remove(p) // Ingest linked it; the link stays
-			im.paths[i] = ""
+		for i, path := range p.paths {
+			if path != "" {
+				_ = im.s.opts.FS.Remove(path) // Ingest linked it; the link stays
+				p.paths[i] = ""
+			}
 		}
 	}
 	return nil

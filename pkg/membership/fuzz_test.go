@@ -568,8 +568,9 @@ func FuzzDecodeDump(f *testing.F) {
 			n++
 			return nil
 		}
-		_ = d.each(spaceUsers, count)
-		_ = d.each(spaceIdentities, count)
+		var buf [64]byte
+		_ = d.each(spaceUsers, buf[:], count)
+		_ = d.each(spaceIdentities, buf[:], count)
 		if n != d.records+d.Identities {
 			t.Fatalf("dump of %d records and %d identities yields %d", d.records, d.Identities, n)
 		}

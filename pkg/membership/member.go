@@ -27,6 +27,9 @@ type assembler struct {
 	last  recordKind // the kind of the last record fed for m
 	ep    int        // the first episode of m.History a late leave may start
 	note  []byte     // backing array of m.Note
+	// noteInPlace makes m.Note the value fed, not a copy: the caller
+	// keeps the values alive while it uses the member (Dump.Decode).
+	noteInPlace bool
 }
 
 // add feeds one record. The first record of a user completes the member
@@ -97,6 +100,10 @@ func (a *assembler) add(key, value []byte) error {
 	case kindNote:
 		if err := checkNoteValue(key, value); err != nil {
 			return err
+		}
+		if a.noteInPlace {
+			m.Note = value
+			break
 		}
 		a.note = append(a.note[:0], value...)
 		m.Note = a.note
