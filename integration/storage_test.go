@@ -310,17 +310,22 @@ func storageFaultWhileApplying(t *testing.T, fault diskFault, rng *rand.Rand) {
 	cfg := e.config()
 	start := func() *proc { return run.start(t, efs, cfg) }
 
-	// Before the fault: every user has a signal forwarded, and users 9 to
-	// 12 left and came back, so that the store has records to read.
+	// Before the fault: users 9 to 12 left and came back, so that the
+	// store has records to read, then every user has a signal forwarded.
+	// The signals follow the rejoins: a signal forwarded before a late
+	// leave is applied gets a late-leave window when the leave and its
+	// rejoin are applied in different batches, and none when in one, so
+	// that this run and the run without a fault it is compared with
+	// (sameState) would differ by timing alone.
 	pr := start()
-	for _, u := range run.users {
-		run.signal(u, time.Now(), true)
-	}
 	for u := uint64(9); u <= users; u++ {
 		e.command(topics.Leave, u, time.Now().Add(-time.Hour))
 		e.command(topics.Rejoin, u, time.Now().Add(-time.Hour/2))
 	}
 	waitApplied(t, "active", 1, []uint64{9, 10, 11, 12}, pr)
+	for _, u := range run.users {
+		run.signal(u, time.Now(), true)
+	}
 	e.waitDecided()
 	if fault.name == "read" {
 		// What the processor wrote is in memory until a restart makes
