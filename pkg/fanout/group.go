@@ -87,8 +87,12 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			o.cfg.Logger.Warn("UNSAFE: skipping commands", "partition", part, "from", next, "to", end)
 			next = end
 		}
+		// No metadata: no cycle committed the changelog records of any
+		// command of the partition (judged 0), however far the store
+		// applied them, since a record whose claim was revoked is dropped
+		// for the next owner to write; this instance may be that owner.
 		m, inherited := seen[part]
-		if inherited && m.judged < next && !o.cfg.UnsafeSkipCommands {
+		if m.judged < next && !o.cfg.UnsafeSkipCommands {
 			next = m.judged
 		}
 		c := newClaim(part, routes, now, next)

@@ -102,6 +102,45 @@ func TestClaimStartsAtJudgedAfterUnreadableMeta(t *testing.T) {
 	}
 }
 
+// TestClaimWithoutMetaStartsAtZero: a partition whose group committed no
+// metadata has had no command judged with its changelog records, whatever
+// the store applied. The first cycle of a new group aborted by a
+// rebalance (INVALID_TXN_STATE) left a leave applied to the store, its
+// checkpoint past it, and its changelog record dropped with the revoked
+// claim; the instance, given the partition back, started at the
+// checkpoint and never wrote the record (TestCommands in cmd/processor:
+// no receipt for the leave). Started at 0, it applies the leave again as
+// a duplicate and writes the record.
+func TestClaimWithoutMetaStartsAtZero(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		meta map[string]map[int32]string
+	}{
+		{"no committed offset", nil},
+		{"an offset committed without metadata", map[string]map[int32]string{string(topics.Defaults().Signals): {3: ""}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newTestOwnership(t, &flakyOffsets{meta: tc.meta})
+			b := o.store.(*membership.Store).NewBatch()
+			if err := b.SetCheckpoint(string(o.cfg.Topics.Commands), 3, 40); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := o.claim(ctx, []int32{3})
+			if got := start[3].EpochOffset().Offset; got != 0 {
+				t.Errorf("commands of partition 3 start at %d, want 0 (nothing judged; the checkpoint is 40)", got)
+			}
+			if c := o.claims.get(3); c == nil || c.restore {
+				t.Errorf("claim %+v: want one that replays (no restore: nothing was judged)", c)
+			}
+		})
+	}
+}
+
 // TestClaimWaitsForMetaUntilStopped: while the metadata cannot be read the
 // partition stays unclaimed (its signals held); a stop ends the wait.
 func TestClaimWaitsForMetaUntilStopped(t *testing.T) {
