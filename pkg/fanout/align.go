@@ -53,6 +53,11 @@ type alignment struct {
 	// applied is the next commands offset; every command below it is in
 	// the gate and in the store (or in the batch about to commit).
 	applied atomic.Int64
+	// floor is the store's checkpoint at assignment: the store applied
+	// every command below it, so the log's end was at least floor, and an
+	// end observed below it means the log went backwards, even when the
+	// commands are read again from below it (applied < floor).
+	floor int64
 	// caughtUp is set once the commands are applied through an
 	// observation sent after assignment: the partition forwards.
 	caughtUp atomic.Bool
@@ -204,8 +209,8 @@ func (al *aligner) tick(ctx context.Context) error {
 			continue
 		}
 		prev, regressed := a.observe(observation{sentNs: sent, end: end})
-		if regressed || end < before[i] {
-			next := before[i]
+		if regressed || end < before[i] || end < a.floor {
+			next := max(before[i], a.floor)
 			if regressed && prev > next {
 				next = prev
 			}

@@ -1,6 +1,11 @@
 package fanout
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
 
 // alignmentOf returns an alignment of partition 0, assigned at 0, that
 // keeps limit observations.
@@ -65,5 +70,52 @@ func TestAlignmentObserve(t *testing.T) {
 	}
 	if got, ok := w.through(6, 0); !ok || got != 300 {
 		t.Fatalf("through(6) = %d, %v; want 300", got, ok)
+	}
+}
+
+// TestTickBelowFloorRegresses: a partition whose commands are read again
+// from 0 (its group committed no metadata) still halts when the log's end
+// is below the store's checkpoint: the commands topic was recreated, and
+// the store would take its new commands for duplicates of applied ones
+// (TestRecreatedCommandsTopicHalts in integration saw no halt without it).
+func TestTickBelowFloorRegresses(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		end      int64
+		wantNext int64 // -1: no halt
+	}{
+		{"end above the checkpoint", 50, -1},
+		{"end at the checkpoint", 40, -1},
+		{"end below the checkpoint", 2, 40},
+		{"empty log", 0, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &alignment{}
+			a.init(3, 0, 0) // commands read from 0
+			a.floor = 40
+			type gap struct{ next, end int64 }
+			var got *gap
+			now := int64(1)
+			al := &aligner{
+				now: func() time.Time { now++; return time.Unix(0, now) },
+				list: func(_ context.Context, parts []int32, _ int8) (map[int32]int64, error) {
+					return map[int32]int64{3: tc.end}, nil
+				},
+				owned: func() []*alignment { return []*alignment{a} },
+				regressed: func(_ int32, next, end int64) error {
+					got = &gap{next, end}
+					return errors.New("regressed")
+				},
+				listFailed: func(err error) error { return err },
+				ev:         *(&EventListener{}).EnsureDefaults(),
+			}
+			err := al.tick(context.Background())
+			switch {
+			case tc.wantNext < 0 && err != nil:
+				t.Fatalf("tick = %v at end %d, want no halt", err, tc.end)
+			case tc.wantNext >= 0 && (got == nil || *got != gap{tc.wantNext, tc.end}):
+				t.Fatalf("tick = %v, gap %+v; want the gap {next %d, end %d}", err, got, tc.wantNext, tc.end)
+			}
+		})
 	}
 }

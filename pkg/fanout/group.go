@@ -78,11 +78,12 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		if o.claims.get(part) != nil {
 			continue // claimed with another input's partition
 		}
-		next, hasCheckpoint, err := o.store.Checkpoint(string(o.cfg.Topics.Commands), part)
+		checkpoint, hasCheckpoint, err := o.store.Checkpoint(string(o.cfg.Topics.Commands), part)
 		if err != nil {
 			o.halt(fmt.Errorf("unable to read the commands checkpoint of partition %d: %w", part, err))
 			return nil
 		}
+		next := checkpoint
 		if end, ok := skipTo[part]; ok && end > next {
 			o.cfg.Logger.Warn("UNSAFE: skipping commands", "partition", part, "from", next, "to", end)
 			next = end
@@ -96,6 +97,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			next = m.judged
 		}
 		c := newClaim(part, routes, now, next)
+		c.floor = checkpoint
 		c.changelogID = o.changelogID
 		if inherited {
 			c.maxEventNs.Store(m.eventNs)
