@@ -35,9 +35,11 @@ type background struct {
 		n     int       // failures in the current run
 	}
 	// failed is closed when a background job failed the store: a run of
-	// failures, or a fatal error (fatal).
+	// failures, or a fatal error (fatal). err is that failure, set before
+	// failed is closed.
 	failed     chan struct{}
 	failedOnce sync.Once
+	err        *fatalError
 }
 
 func newBackground(dir string, timeout time.Duration, log *slog.Logger, fail func(*fatalError)) *background {
@@ -88,10 +90,15 @@ func (bg *background) failure(err error) {
 
 // fatal fails the store by f, a fatal error of Pebble's met in one of its
 // background jobs (see pebbleLogger.Fatalf).
+//
+// failed is closed before the store is marked failed: whoever sees the
+// store failed (Store.Failed) and then closes it must find failed closed,
+// or Store.Close would wait for Pebble's job, which never ends.
 func (bg *background) fatal(f *fatalError) {
 	bg.failedOnce.Do(func() {
-		bg.fail(f)
+		bg.err = f
 		close(bg.failed)
+		bg.fail(f)
 	})
 }
 

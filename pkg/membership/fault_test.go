@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -772,5 +773,32 @@ func TestFaultManifestInBackground(t *testing.T) {
 	}
 	if m, err := after.Status(2); err != nil || m.Status != Active {
 		t.Fatalf("user 2 after a restart: %+v, %v", m, err)
+	}
+}
+
+// TestBackgroundFatalOrder: a background job's fatal error closes the
+// channel that tells Close not to wait for Pebble before the store is
+// seen failed. In the other order, a caller woken by Failed could close
+// the store in between and wait for ever on the job that ended with the
+// failure (TestFaultManifestInBackground: Close did not return, once in
+// CI under load).
+func TestBackgroundFatalOrder(t *testing.T) {
+	var bg *background
+	var closedFirst bool
+	bg = newBackground("db", time.Second, slog.New(slog.DiscardHandler), func(f *fatalError) {
+		select {
+		case <-bg.failed:
+			closedFirst = bg.err == f
+		default:
+		}
+	})
+	f := &fatalError{dir: "db", msg: "MANIFEST write failed"}
+	bg.fatal(f)
+	if !closedFirst {
+		t.Fatal("the store was marked failed before the background failure (and its error) was recorded")
+	}
+	bg.fatal(&fatalError{dir: "db", msg: "later"})
+	if bg.err != f {
+		t.Fatalf("a second fatal error replaced the first: %v", bg.err.msg)
 	}
 }

@@ -103,7 +103,7 @@ func (s *Store) open() (err error) {
 				_ = o.db.Close()
 			}
 		}()
-		return s.storageErr("open", s.failed.Load())
+		return s.storageErr("open", bg.err)
 	}
 	if o.err != nil {
 		var se *StorageError
