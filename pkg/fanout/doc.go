@@ -123,6 +123,10 @@
 // writes their records again (the previous owner judged them), and starts
 // consuming no later than it, so that a command applied but not yet
 // recorded (before a crash) is applied again, as a duplicate, and recorded.
+// A partition with no metadata (a new group, whose first cycle may have
+// aborted) judged nothing: its commands are read from offset 0, and a log
+// that ends below the store's checkpoint still halts the processor
+// (CommandsGapError).
 // Changelog records, and the DLQ and re-published records of commands, go
 // out from the store's outbox: at least once. A changelog record of a
 // claim that was lost (or of a previous run) is never produced: its

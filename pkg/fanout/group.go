@@ -42,7 +42,8 @@ type groupAdmin interface {
 
 // assigned claims the new signals partitions and starts consuming their
 // commands from the store's checkpoints, or from where the previous owner
-// had judged them when that is earlier: the commands this instance applied
+// had judged them when that is earlier (0 when no owner committed
+// metadata): the commands this instance applied
 // beyond it (before a crash, say) may not have had their changelog
 // records produced, and applying them again is harmless (each is a
 // duplicate) and writes the records anew. Their signals wait (fail
