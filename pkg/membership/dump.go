@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
@@ -390,7 +389,7 @@ func (p *ImportPart) create() error {
 	po.EnsureDefaults()
 	wo := po.MakeWriterOptions(0, s.db.TableFormat())
 	for i := range p.w {
-		path := fs.PathJoin(s.dir, fmt.Sprintf("import-%d-%d.sst", os.Getpid(), ingestSeq.Add(1)))
+		path := fs.PathJoin(s.dir, fmt.Sprintf("import-%d-%d.sst", os.Getpid(), s.imports.Add(1)))
 		f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 		if err != nil {
 			return err
@@ -501,10 +500,6 @@ func (im *Import) Commit() (err error) {
 	}
 	return nil
 }
-
-// ingestSeq numbers the table files of imports, so that two never share
-// a name.
-var ingestSeq atomic.Uint64
 
 // Close discards what was not committed, and the table files. It is safe
 // after Commit.

@@ -23,6 +23,11 @@ type Store struct {
 	// down is closed once failed is set (see Failed); downOnce closes it.
 	down     chan struct{}
 	downOnce sync.Once
+
+	// imports numbers the table files of imports (Import), so that two
+	// never share a name in the store's directory.
+	imports atomic.Uint64
+
 	// bgFailed is closed when Pebble's background jobs failed the store:
 	// Pebble's own Close would wait for them.
 	bgFailed <-chan struct{}
