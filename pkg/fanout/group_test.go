@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
@@ -75,16 +76,7 @@ func TestClaimStartsAtJudgedAfterUnreadableMeta(t *testing.T) {
 			f := &flakyOffsets{fails: tc.fails, err: tc.err, part: tc.part,
 				meta: map[string]map[int32]string{string(topics.Defaults().Signals): {3: "1000:25"}}}
 			o := newTestOwnership(t, f)
-			b := o.store.(*membership.Store).NewBatch()
-			if err := b.SetCheckpoint(string(o.cfg.Topics.Commands), 3, 40); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			start := o.claim(ctx, []int32{3})
+			start := claimOver(t, o, 3, 40)
 			if got := start[3].EpochOffset().Offset; got != 25 {
 				t.Errorf("commands of partition 3 start at %d, want 25 (the judged offset, below the checkpoint 40)", got)
 			}
@@ -121,21 +113,12 @@ func TestClaimWithoutMetaStartsAtZero(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := newTestOwnership(t, &flakyOffsets{meta: tc.meta})
-			b := o.store.(*membership.Store).NewBatch()
-			if err := b.SetCheckpoint(string(o.cfg.Topics.Commands), 3, 40); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			start := o.claim(ctx, []int32{3})
+			start := claimOver(t, o, 3, 40)
 			if got := start[3].EpochOffset().Offset; got != 0 {
 				t.Errorf("commands of partition 3 start at %d, want 0 (nothing judged; the checkpoint is 40)", got)
 			}
-			if c := o.claims.get(3); c == nil || c.restore {
-				t.Errorf("claim %+v: want one that replays (no restore: nothing was judged)", c)
+			if c := o.claims.get(3); c == nil || c.restore || c.floor != 40 {
+				t.Errorf("claim %+v: want one that replays (no restore: nothing was judged) over the floor 40", c)
 			}
 		})
 	}
@@ -185,4 +168,20 @@ func newTestOwnership(t *testing.T, adm groupAdmin) *ownership {
 	cfg.EnsureDefaults()
 	return &ownership{cfg: &cfg, store: store, claims: &claims{}, adm: adm, halt: func(err error) { t.Errorf("halted: %v", err) },
 		assignedOnce: new(atomic.Bool)}
+}
+
+// claimOver sets the store's commands checkpoint of part to checkpoint and
+// claims part, returning where its commands are read from.
+func claimOver(t *testing.T, o *ownership, part int32, checkpoint int64) map[int32]kgo.Offset {
+	t.Helper()
+	b := o.store.(*membership.Store).NewBatch()
+	if err := b.SetCheckpoint(string(o.cfg.Topics.Commands), part, checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return o.claim(ctx, []int32{part})
 }
