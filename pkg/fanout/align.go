@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,19 @@ type alignment struct {
 	// end observed below it means the log went backwards, even when the
 	// commands are read again from below it (applied < floor).
 	floor int64
+	// epoch is the newest leader epoch known for the commands partition,
+	// -1 while none is: raised by the commands the commands side reads
+	// (each record carries the epoch of the leader that appended it), by
+	// the commands client's metadata at the claim, and by the listings the
+	// aligner trusts. A listing answered under an older epoch comes from a
+	// broker that no longer leads the partition but has not learned it yet
+	// (paused, cut off): its end is the one it had, below commands
+	// acknowledged since by the new leader, and is never trusted.
+	epoch atomic.Int32
+	// suspectSinceNs is the sent time of the first of an unbroken run of
+	// observations that contradicted what is known of the partition (see
+	// aligner.suspect), 0 while the last one did not. The aligner's alone.
+	suspectSinceNs int64
 	// caughtUp is set once the commands are applied through an
 	// observation sent after assignment: the partition forwards.
 	caughtUp atomic.Bool
@@ -79,7 +93,28 @@ type alignment struct {
 func (a *alignment) init(partition int32, assignedNs, applied int64) {
 	a.partition, a.assignedNs = partition, assignedNs
 	a.applied.Store(applied)
+	a.epoch.Store(-1)
 	a.obs.list, a.obs.limit = make([]observation, 0, 16), marksLimit
+}
+
+// raiseEpoch makes e the known leader epoch if it is newer.
+func (a *alignment) raiseEpoch(e int32) {
+	for {
+		known := a.epoch.Load()
+		if e <= known || a.epoch.CompareAndSwap(known, e) {
+			return
+		}
+	}
+}
+
+// newestEnd returns the end of the newest observation, 0 if none.
+func (a *alignment) newestEnd() int64 {
+	a.obs.Lock()
+	defer a.obs.Unlock()
+	if n := len(a.obs.list); n > 0 {
+		return a.obs.list[n-1].end
+	}
+	return 0
 }
 
 // observe records an observation. Out-of-order sends (sentNs not after the
@@ -138,6 +173,21 @@ func (a *alignment) alignedThrough() (ns int64, ok bool) {
 	return a.through(a.applied.Load(), a.assignedNs)
 }
 
+// suspectFor is how long the observations of a commands partition may
+// contradict what is known of it before the processor halts: a broker
+// that led the partition answers from its old state for as long as it
+// has not learned that it no longer does (a paused broker, continued,
+// for a second or two) and the client's map of leaders is kept up to
+// 5 s; a log that truly went back stays back.
+const suspectFor = 15 * time.Second
+
+// listed is a partition's end as a broker listed it, with the leader
+// epoch it answered under (-1 when it did not say: ListOffsets before v4).
+type listed struct {
+	end   int64
+	epoch int32
+}
+
 // aligner is the goroutine that observes the commands partitions' end
 // offsets every interval, marks partitions caught up and notes open
 // transactions. It owns nothing but its ticker.
@@ -148,13 +198,16 @@ type aligner struct {
 	// lso observes the last stable offset instead of the high watermark:
 	// Config.UnsafeObserveLSO.
 	lso bool
+	// suspectFor is suspectFor, but in tests.
+	suspectFor time.Duration
 	// list lists end offsets (see listEnds).
-	list func(ctx context.Context, parts []int32, isolation int8) (map[int32]int64, error)
+	list func(ctx context.Context, parts []int32, isolation int8) (map[int32]listed, error)
 	// owned returns the alignments of the partitions owned now.
 	owned func() []*alignment
 	// regressed makes the error that halts the processor when a commands
-	// partition's log end went below where it was (see CommandsGapError).
-	regressed func(partition int32, next, end int64) error
+	// partition's log went back (see CommandsGapError): its end below
+	// next, or, with cause, its leader epoch.
+	regressed func(partition int32, next, end int64, cause error) error
 	// listFailed says what a failed listing means: the error that halts
 	// the processor (an authorization failure), or nil to observe again
 	// next tick.
@@ -187,7 +240,7 @@ func (al *aligner) tick(ctx context.Context) error {
 	}
 	// Applied offsets are read before sending: an applied offset never
 	// exceeds the end the broker reports afterwards, so a report below it
-	// proves the log went backwards.
+	// proves the log went backwards, or the broker is not the leader.
 	before := make([]int64, len(as))
 	parts := make([]int32, len(as))
 	for i, a := range as {
@@ -204,23 +257,35 @@ func (al *aligner) tick(ctx context.Context) error {
 	}
 	var behind []int32 // partitions that may be held by an open transaction
 	for i, a := range as {
-		end, ok := ends[a.partition]
+		l, ok := ends[a.partition]
 		if !ok {
 			continue
 		}
-		prev, regressed := a.observe(observation{sentNs: sent, end: end})
-		if regressed || end < before[i] || end < a.floor {
-			next := max(before[i], a.floor)
-			if regressed && prev > next {
-				next = prev
+		least := max(before[i], a.floor, a.newestEnd())
+		if known := a.epoch.Load(); l.epoch >= 0 && l.epoch < known {
+			if err := al.suspect(a, sent, l, least, known); err != nil {
+				return err
 			}
-			return al.regressed(a.partition, next, end)
+			continue
 		}
+		if l.end < least {
+			if err := al.suspect(a, sent, l, least, -1); err != nil {
+				return err
+			}
+			continue
+		}
+		if a.suspectSinceNs != 0 {
+			al.ev.SuspectEnd(SuspectEndInfo{Partition: a.partition, End: l.end, Epoch: l.epoch,
+				Lasted: time.Duration(sent - a.suspectSinceNs), Cleared: true})
+			a.suspectSinceNs = 0
+		}
+		a.raiseEpoch(l.epoch)
+		a.observe(observation{sentNs: sent, end: l.end})
 		al.markCaughtUp(a)
-		if before[i] < end {
+		if before[i] < l.end {
 			behind = append(behind, a.partition)
 		} else {
-			al.noteOpenTxn(a, end, end, before[i], sent)
+			al.noteOpenTxn(a, l.end, l.end, before[i], sent)
 		}
 	}
 	if len(behind) == 0 {
@@ -234,11 +299,38 @@ func (al *aligner) tick(ctx context.Context) error {
 		return nil // observed again next tick
 	}
 	for i, a := range as {
-		if lso, ok := stable[a.partition]; ok {
-			al.noteOpenTxn(a, lso, ends[a.partition], before[i], sent)
+		if lso, ok := stable[a.partition]; ok && (lso.epoch < 0 || lso.epoch >= a.epoch.Load()) {
+			al.noteOpenTxn(a, lso.end, ends[a.partition].end, before[i], sent)
 		}
 	}
 	return nil
+}
+
+// suspect handles an observation l of a's commands partition, sent at
+// sentNs, that contradicts what is known of it: its end below least (the
+// commands applied, the store's checkpoint, an end observed before), or,
+// with knownEpoch >= 0, a leader epoch older than knownEpoch. It is not
+// recorded: the partition's signals wait on the observations before it
+// (and a partition not caught up yet keeps waiting), so an answer from a
+// broker that no longer leads costs time, never a leave. One that lasts
+// suspectFor is the log itself gone back (the topic deleted and created
+// again, or data lost), and halts the processor.
+func (al *aligner) suspect(a *alignment, sentNs int64, l listed, least int64, knownEpoch int32) error {
+	if a.suspectSinceNs == 0 {
+		a.suspectSinceNs = sentNs
+		al.ev.SuspectEnd(SuspectEndInfo{Partition: a.partition, End: l.end, Epoch: l.epoch,
+			Least: least, KnownEpoch: knownEpoch})
+	}
+	lasted := time.Duration(sentNs - a.suspectSinceNs)
+	if lasted < al.suspectFor {
+		return nil
+	}
+	if knownEpoch >= 0 {
+		return al.regressed(a.partition, least, l.end, fmt.Errorf(
+			"its leader epoch went back from %d to %d and stayed back for %v (log end %d, local checkpoint %d)",
+			knownEpoch, l.epoch, lasted.Round(time.Millisecond), l.end, least))
+	}
+	return al.regressed(a.partition, least, l.end, nil)
 }
 
 func (al *aligner) markCaughtUp(a *alignment) {
@@ -295,7 +387,8 @@ const (
 // aligner asks every AlignInterval, and an embedded broker's single loop
 // fell behind its group timers under kadm's metadata requests. A partition
 // that reports an error is left out; an authorization failure is returned.
-func listEnds(ctx context.Context, cl *kgo.Client, topic string, parts []int32, isolation int8) (map[int32]int64, error) {
+// Each end comes with the leader epoch the broker answered under.
+func listEnds(ctx context.Context, cl *kgo.Client, topic string, parts []int32, isolation int8) (map[int32]listed, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	req.IsolationLevel = isolation
@@ -308,7 +401,7 @@ func listEnds(ctx context.Context, cl *kgo.Client, topic string, parts []int32, 
 		rt.Partitions = append(rt.Partitions, rp)
 	}
 	req.Topics = append(req.Topics, rt)
-	out := make(map[int32]int64, len(parts))
+	out := make(map[int32]listed, len(parts))
 	var firstErr error
 	for _, shard := range cl.RequestSharded(ctx, req) {
 		if shard.Err != nil {
@@ -325,7 +418,7 @@ func listEnds(ctx context.Context, cl *kgo.Client, topic string, parts []int32, 
 					}
 					continue
 				}
-				out[rp.Partition] = rp.Offset
+				out[rp.Partition] = listed{end: rp.Offset, epoch: rp.LeaderEpoch}
 			}
 		}
 	}

@@ -73,10 +73,66 @@ func TestAlignmentObserve(t *testing.T) {
 	}
 }
 
+// scripted is an aligner over one alignment whose listings answer answer
+// (a call per tick, n from 0), one second apart, and which records what it
+// reported and the halt it made.
+type scripted struct {
+	al     *aligner
+	a      *alignment
+	events []SuspectEndInfo
+	gap    *gap
+}
+
+type gap struct {
+	next, end int64
+	epochs    bool // halted for the leader epoch, not the end
+}
+
+func newScripted(a *alignment, answer func(n int) listed) *scripted {
+	sc := &scripted{a: a}
+	n, now := 0, time.Unix(1000, 0)
+	ev := EventListener{SuspectEnd: func(i SuspectEndInfo) { sc.events = append(sc.events, i) }}
+	sc.al = &aligner{
+		suspectFor: suspectFor,
+		now:        func() time.Time { now = now.Add(time.Second); return now },
+		list: func(_ context.Context, parts []int32, _ int8) (map[int32]listed, error) {
+			defer func() { n++ }()
+			return map[int32]listed{a.partition: answer(n)}, nil
+		},
+		owned: func() []*alignment { return []*alignment{a} },
+		regressed: func(_ int32, next, end int64, cause error) error {
+			sc.gap = &gap{next, end, cause != nil}
+			return errors.New("regressed")
+		},
+		listFailed: func(err error) error { return err },
+		ev:         *ev.EnsureDefaults(),
+	}
+	return sc
+}
+
+// ticks ticks n times, or until the aligner halts; it returns the tick
+// that halted, -1 if none did.
+func (sc *scripted) ticks(t *testing.T, n int) int {
+	t.Helper()
+	for i := range n {
+		if err := sc.al.tick(context.Background()); err != nil {
+			if sc.gap == nil {
+				t.Fatalf("tick %d = %v without a gap", i, err)
+			}
+			return i
+		}
+	}
+	return -1
+}
+
+// suspectTicks is how many one-second ticks a contradiction lasts before
+// it halts: the first tick starts it, the one suspectFor later halts.
+var suspectTicks = int(suspectFor/time.Second) + 1
+
 // TestTickBelowFloorRegresses: a partition whose commands are read again
 // from 0 (its group committed no metadata) still halts when the log's end
-// is below the store's checkpoint: the commands topic was recreated, and
-// the store would take its new commands for duplicates of applied ones
+// stays below the store's checkpoint: the commands topic was recreated,
+// and the store would take its new commands for duplicates of applied ones
 // (TestRecreatedCommandsTopicHalts in integration saw no halt without it).
 func TestTickBelowFloorRegresses(t *testing.T) {
 	for _, tc := range []struct {
@@ -93,29 +149,113 @@ func TestTickBelowFloorRegresses(t *testing.T) {
 			a := &alignment{}
 			a.init(3, 0, 0) // commands read from 0
 			a.floor = 40
-			type gap struct{ next, end int64 }
-			var got *gap
-			now := int64(1)
-			al := &aligner{
-				now: func() time.Time { now++; return time.Unix(0, now) },
-				list: func(_ context.Context, parts []int32, _ int8) (map[int32]int64, error) {
-					return map[int32]int64{3: tc.end}, nil
-				},
-				owned: func() []*alignment { return []*alignment{a} },
-				regressed: func(_ int32, next, end int64) error {
-					got = &gap{next, end}
-					return errors.New("regressed")
-				},
-				listFailed: func(err error) error { return err },
-				ev:         *(&EventListener{}).EnsureDefaults(),
-			}
-			err := al.tick(context.Background())
+			sc := newScripted(a, func(int) listed { return listed{end: tc.end, epoch: -1} })
+			halted := sc.ticks(t, suspectTicks+5)
 			switch {
-			case tc.wantNext < 0 && err != nil:
-				t.Fatalf("tick = %v at end %d, want no halt", err, tc.end)
-			case tc.wantNext >= 0 && (got == nil || *got != gap{tc.wantNext, tc.end}):
-				t.Fatalf("tick = %v, gap %+v; want the gap {next %d, end %d}", err, got, tc.wantNext, tc.end)
+			case tc.wantNext < 0 && halted >= 0:
+				t.Fatalf("halted at tick %d at end %d, want no halt", halted, tc.end)
+			case tc.wantNext < 0:
+			case halted != suspectTicks-1 || *sc.gap != (gap{tc.wantNext, tc.end, false}):
+				t.Fatalf("halted at tick %d with gap %+v; want tick %d, the gap {next %d, end %d}",
+					halted, sc.gap, suspectTicks-1, tc.wantNext, tc.end)
 			}
 		})
+	}
+}
+
+// TestTickStaleLeader: a broker that led the commands partition and was
+// paused answers, once continued and until it learns it leads no more,
+// with the end it had. CI's broker-pause scenario halted on it ("log end 5
+// is below the local checkpoint 11") where a moment later the leader
+// answered 11; and an end above the commands applied, from such a broker,
+// would have claimed that commands acknowledged since were applied.
+func TestTickStaleLeader(t *testing.T) {
+	const zombie, leader = 6, 7 // leader epochs
+	for _, tc := range []struct {
+		name    string
+		floor   int64
+		applied int64
+		known   int32 // the leader epoch known at the claim, -1 none
+		stale   listed
+	}{
+		// The instance knows the new leader's epoch: the old one's answer
+		// is older, whatever its end.
+		{"below the checkpoint, epoch known", 11, 0, leader, listed{5, zombie}},
+		{"above the commands applied, epoch known", 0, 5, leader, listed{5, zombie}},
+		// A client whose metadata came from the old leader knows no newer
+		// epoch: the end below the checkpoint is what gives it away.
+		{"below the checkpoint, epoch unknown", 11, 0, -1, listed{5, zombie}},
+		{"below the checkpoint, epoch not said", 11, 0, -1, listed{5, -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &alignment{}
+			a.init(0, 0, tc.applied)
+			a.floor = tc.floor
+			a.raiseEpoch(tc.known)
+			const staleTicks = 4
+			sc := newScripted(a, func(n int) listed {
+				if n < staleTicks {
+					return tc.stale
+				}
+				return listed{end: 11, epoch: leader}
+			})
+			if halted := sc.ticks(t, staleTicks); halted >= 0 {
+				t.Fatalf("halted at tick %d on a stale leader's answer %+v: gap %+v", halted, tc.stale, sc.gap)
+			}
+			if at, ok := a.alignedThrough(); ok {
+				t.Fatalf("aligned through %d on a stale leader's answer %+v alone", at, tc.stale)
+			}
+			if len(a.obs.list) != 0 {
+				t.Fatalf("observations %+v recorded from a stale leader", a.obs.list)
+			}
+			if halted := sc.ticks(t, 1); halted >= 0 {
+				t.Fatalf("halted on the leader's answer: gap %+v", sc.gap)
+			}
+			if got := a.obs.list; len(got) != 1 || got[0].end != 11 {
+				t.Fatalf("observations %+v, want the leader's end 11", got)
+			}
+			if got := a.epoch.Load(); got != leader {
+				t.Fatalf("known epoch %d after the leader answered, want %d", got, leader)
+			}
+			if len(sc.events) != 2 || sc.events[0].Cleared || sc.events[0].End != 5 ||
+				!sc.events[1].Cleared || sc.events[1].Lasted != staleTicks*time.Second {
+				t.Fatalf("events %+v, want the suspicion reported once, then cleared after %v", sc.events, staleTicks*time.Second)
+			}
+		})
+	}
+}
+
+// TestTickEpochWentBack: a commands topic deleted and created again starts
+// its leader epochs over; its end may be above the store's checkpoint,
+// which then means nothing. It halts, once the older epoch has lasted.
+func TestTickEpochWentBack(t *testing.T) {
+	a := &alignment{}
+	a.init(0, 0, 40)
+	a.floor = 40
+	a.raiseEpoch(7)
+	sc := newScripted(a, func(int) listed { return listed{end: 50, epoch: 0} })
+	if halted := sc.ticks(t, suspectTicks+5); halted != suspectTicks-1 || *sc.gap != (gap{40, 50, true}) {
+		t.Fatalf("halted at tick %d with gap %+v; want tick %d, the epoch's gap at end 50", halted, sc.gap, suspectTicks-1)
+	}
+}
+
+// TestTickSuspicionEndsWithATrustedAnswer: the contradictions must last
+// unbroken; one trusted answer starts the count again.
+func TestTickSuspicionEndsWithATrustedAnswer(t *testing.T) {
+	a := &alignment{}
+	a.init(0, 0, 0)
+	a.floor = 10
+	half := suspectTicks - 2
+	sc := newScripted(a, func(n int) listed {
+		if n == half {
+			return listed{end: 10, epoch: -1}
+		}
+		return listed{end: 3, epoch: -1}
+	})
+	if halted := sc.ticks(t, 2*half); halted >= 0 {
+		t.Fatalf("halted at tick %d: gap %+v", halted, sc.gap)
+	}
+	if halted := sc.ticks(t, suspectTicks); halted < 0 {
+		t.Fatal("no halt after an unbroken run of contradictions")
 	}
 }

@@ -250,6 +250,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 		// Applied again, each is a duplicate.
 		next := max(c.applied.Load(), a.through[c])
 		for _, r := range fp.Records {
+			c.raiseEpoch(r.LeaderEpoch) // a leader of this epoch or later leads the partition now
 			if r.Offset < next {
 				continue // fetched again after re-assignment
 			}

@@ -34,6 +34,12 @@ type EventListener struct {
 	// left open on them (Held 0 when the hold starts), are still held
 	// (every ten seconds), or no longer are (Ended).
 	OpenTransaction func(OpenTransactionInfo)
+	// SuspectEnd: an observation of a commands partition's end
+	// contradicted what the instance knows of it (a broker that no longer
+	// leads it answered, or the log went back); it is not trusted, and the
+	// partition's signals wait. Reported when such observations start and
+	// when they stop (Cleared); lasting 15 s, they halt the processor.
+	SuspectEnd func(SuspectEndInfo)
 	// CommandApplied: a command reached the store (rule C5 on).
 	CommandApplied func(CommandInfo)
 	// LateLeave: a leave came after signals of the user in its episode were
@@ -95,6 +101,29 @@ func (i OpenTransactionInfo) String() string {
 	}
 	return fmt.Sprintf("commands partition %d held by an open transaction for %v (last stable offset %d, high watermark %d)",
 		i.Partition, i.Held, i.LastStableOffset, i.HighWatermark)
+}
+
+// SuspectEndInfo is an observation of a commands partition's end that was
+// not trusted.
+type SuspectEndInfo struct {
+	Partition  int32
+	End        int64 // the end observed
+	Epoch      int32 // the leader epoch it was observed under, -1 if not said
+	Least      int64 // the least end it could have (the commands applied, the store's checkpoint, an end observed before)
+	KnownEpoch int32 // the leader epoch known, when the observed one was older; -1 otherwise
+	// Lasted is how long the observations were not trusted, when Cleared.
+	Lasted  time.Duration
+	Cleared bool
+}
+
+func (i SuspectEndInfo) String() string {
+	if i.Cleared {
+		return fmt.Sprintf("commands partition %d end trusted again after %v (end %d, leader epoch %d)", i.Partition, i.Lasted, i.End, i.Epoch)
+	}
+	if i.KnownEpoch >= 0 {
+		return fmt.Sprintf("commands partition %d end %d not trusted: listed under leader epoch %d, older than the known %d", i.Partition, i.End, i.Epoch, i.KnownEpoch)
+	}
+	return fmt.Sprintf("commands partition %d end %d not trusted: below %d", i.Partition, i.End, i.Least)
 }
 
 // CommandInfo is a command applied to the store.
@@ -309,6 +338,9 @@ func (l *EventListener) EnsureDefaults() *EventListener {
 	if l.OpenTransaction == nil {
 		l.OpenTransaction = func(OpenTransactionInfo) {}
 	}
+	if l.SuspectEnd == nil {
+		l.SuspectEnd = func(SuspectEndInfo) {}
+	}
 	if l.CommandApplied == nil {
 		l.CommandApplied = func(CommandInfo) {}
 	}
@@ -352,6 +384,7 @@ func TeeEventListener(a, b EventListener) EventListener {
 		PartitionsRevoked:  func(i PartitionsInfo) { a.PartitionsRevoked(i); b.PartitionsRevoked(i) },
 		CaughtUp:           func(i CaughtUpInfo) { a.CaughtUp(i); b.CaughtUp(i) },
 		OpenTransaction:    func(i OpenTransactionInfo) { a.OpenTransaction(i); b.OpenTransaction(i) },
+		SuspectEnd:         func(i SuspectEndInfo) { a.SuspectEnd(i); b.SuspectEnd(i) },
 		CommandApplied:     func(i CommandInfo) { a.CommandApplied(i); b.CommandApplied(i) },
 		LateLeave:          func(i LateLeaveInfo) { a.LateLeave(i); b.LateLeave(i) },
 		WindowsRecovered:   func(i WindowsRecoveredInfo) { a.WindowsRecovered(i); b.WindowsRecovered(i) },
@@ -398,6 +431,16 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 					"partition", i.Partition, "held", i.Held.Round(time.Millisecond).String(),
 					"last_stable_offset", i.LastStableOffset, "high_watermark", i.HighWatermark)
 			}
+		},
+		SuspectEnd: func(i SuspectEndInfo) {
+			if i.Cleared {
+				l.Info("commands partition end trusted again", "partition", i.Partition, "end", i.End,
+					"leader_epoch", i.Epoch, "after", i.Lasted.Round(time.Millisecond).String())
+				return
+			}
+			l.Warn("commands partition end not trusted (a broker that no longer leads it answered, or the log went back); "+
+				"its signals wait, and the processor halts if this lasts", "partition", i.Partition, "end", i.End,
+				"leader_epoch", i.Epoch, "least", i.Least, "known_leader_epoch", i.KnownEpoch)
 		},
 		LateLeave: func(i LateLeaveInfo) {
 			l.Warn("late leave: signals of the user at or after the boundary were forwarded",

@@ -24,6 +24,11 @@ type ownership struct {
 	store       Store
 	claims      *claims
 	cmds        *kgo.Client // the commands consumer
+	// leaderEpoch is the commands partition's leader epoch in the commands
+	// client's metadata, -1 if not loaded: the kgo client keeps the newest
+	// it saw (an older one from a lagging broker is refused, up to five
+	// times in a row).
+	leaderEpoch func(partition int32) int32
 	adm         groupAdmin
 	ev          EventListener
 	halt        func(error)
@@ -99,6 +104,9 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		}
 		c := newClaim(part, routes, now, next)
 		c.floor = checkpoint
+		if o.leaderEpoch != nil {
+			c.raiseEpoch(o.leaderEpoch(part))
+		}
 		c.changelogID = o.changelogID
 		if inherited {
 			c.maxEventNs.Store(m.eventNs)

@@ -281,11 +281,15 @@ func (p *Processor) Run(ctx context.Context) error {
 	})
 	commands := string(p.cfg.Topics.Commands)
 	al := &aligner{interval: p.cfg.AlignInterval, now: p.cfg.Now, topic: commands, lso: p.cfg.UnsafeObserveLSO,
-		list: func(ctx context.Context, parts []int32, isolation int8) (map[int32]int64, error) {
+		suspectFor: suspectFor,
+		list: func(ctx context.Context, parts []int32, isolation int8) (map[int32]listed, error) {
 			return listEnds(ctx, k.admCl, commands, parts, isolation)
 		},
 		owned: p.claims.alignments,
-		regressed: func(partition int32, next, end int64) error {
+		regressed: func(partition int32, next, end int64, cause error) error {
+			if cause != nil {
+				return &CommandsGapError{Topic: commands, Partition: partition, Next: -1, End: -1, Err: cause}
+			}
 			return &CommandsGapError{Topic: commands, Partition: partition, Next: next, End: end}
 		},
 		listFailed: func(err error) error {
@@ -300,7 +304,14 @@ func (p *Processor) Run(ctx context.Context) error {
 		ev: p.ev}
 	run("alignment", afterRestore(al.run))
 	p.started.Store(true)
-	own := &ownership{cfg: &p.cfg, changelogID: k.changelogID, store: p.store, claims: &p.claims, cmds: k.cmds, adm: k.adm, ev: p.ev, halt: halt,
+	own := &ownership{cfg: &p.cfg, changelogID: k.changelogID, store: p.store, claims: &p.claims, cmds: k.cmds,
+		leaderEpoch: func(part int32) int32 {
+			if _, epoch, err := k.cmds.PartitionLeader(string(p.cfg.Topics.Commands), part); err == nil {
+				return epoch
+			}
+			return -1
+		},
+		adm: k.adm, ev: p.ev, halt: halt,
 		assignedOnce: &p.joined}
 	err = p.signals(ctx, k, own, applierDone, halt)
 	halt(err)
