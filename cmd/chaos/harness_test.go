@@ -212,3 +212,24 @@ func TestInstanceArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgedOffset: the harness reads the judged offset out of the offset
+// metadata in each form the README gives it.
+func TestJudgedOffset(t *testing.T) {
+	for _, tc := range []struct {
+		meta string
+		want int64
+		ok   bool
+	}{
+		{"1796477794068463961:28:AAAAAAAAAAAAAAAAAAAAAA", 28, true},
+		{"1796477794068463961:28:", 28, true},
+		{"1796477794068463961:0", 0, true},
+		{"1796477794068463961", 0, false}, // an older version's: no judged offset
+		{"", 0, false},
+		{"-1:x:id", 0, false},
+	} {
+		if got, ok := judgedOffset(tc.meta); got != tc.want || ok != tc.ok {
+			t.Errorf("judgedOffset(%q) = %d, %v; want %d, %v", tc.meta, got, ok, tc.want, tc.ok)
+		}
+	}
+}

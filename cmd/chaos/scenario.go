@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -636,7 +637,24 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 		}
 		lag := end - committed
 		if lag == 0 {
-			return nil
+			// Every signal is decided; a command may not be yet (one
+			// re-published from the wrong partition at the end of the load,
+			// say, whose dead letter the oracle wants).
+			behind, markerErr, err := r.commandsJudged(ctx, checkMarkers)
+			if err != nil {
+				return err
+			}
+			if len(behind) == 0 {
+				return nil
+			}
+			if markerErr != nil {
+				r.logf("reading the tails of the commands partitions: %v", markerErr)
+			}
+			if time.Since(lastLog) >= 15*time.Second {
+				lastLog = time.Now()
+				r.logf("every signal decided; waiting for commands to be judged (partition: judged of end: %s)", strings.Join(behind, ", "))
+			}
+			return fmt.Errorf("commands not judged (%s)", strings.Join(behind, ", "))
 		}
 		if markerErr != nil {
 			r.logf("reading the tails of the signals partitions: %v", markerErr)
@@ -647,6 +665,60 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 		}
 		return fmt.Errorf("%d signals undecided (%s)", lag, strings.Join(lagging, ", "))
 	})
+}
+
+// commandsJudged returns the commands partitions not judged to their end
+// yet: the offset metadata the group commits with the inputs says how far
+// each partition's commands were judged, their records (changelog, dead
+// letters) committed in the same transaction (README, "Handover"), as
+// "<event ns>:<judged offset>[:<changelog topic id>]". A partition judged
+// up to a tail of transaction markers (see onlyMarkers) is judged; one no
+// input has metadata for is left alone (no signal of it was committed, so
+// no processor says anything about it).
+func (r *scenarioRun) commandsJudged(ctx context.Context, checkMarkers bool) (behind []string, markerErr, err error) {
+	commands := string(r.set.Commands)
+	ends, err := r.h.adm.ListEndOffsets(ctx, commands)
+	if err != nil {
+		return nil, nil, err
+	}
+	offsets, err := r.h.adm.FetchOffsets(ctx, r.group)
+	if err != nil {
+		return nil, nil, err
+	}
+	judged := make(map[int32]int64)
+	for _, in := range r.set.Inputs() {
+		for p, o := range offsets[string(in)] {
+			if at, ok := judgedOffset(o.Metadata); ok {
+				judged[p] = max(judged[p], at)
+			}
+		}
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		at, ok := judged[o.Partition]
+		if !ok || at >= o.Offset {
+			return
+		}
+		if checkMarkers {
+			only, err := onlyMarkers(ctx, r.h.brokers, o.Topic, o.Partition, at, o.Offset)
+			markerErr = errors.Join(markerErr, err)
+			if only {
+				return
+			}
+		}
+		behind = append(behind, fmt.Sprintf("%s/%d: %d of %d", o.Topic, o.Partition, at, o.Offset))
+	})
+	return behind, markerErr, nil
+}
+
+// judgedOffset parses the judged offset out of the processor's offset
+// metadata, "<event ns>:<judged offset>[:<changelog topic id>]".
+func judgedOffset(meta string) (int64, bool) {
+	parts := strings.Split(meta, ":")
+	if len(parts) < 2 {
+		return 0, false
+	}
+	at, err := strconv.ParseInt(parts[1], 10, 64)
+	return at, err == nil
 }
 
 // signalsCommitted returns how far the group has committed the inputs
