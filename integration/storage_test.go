@@ -276,6 +276,9 @@ func checkHalt(t *testing.T, pr *proc, d *disk) error {
 		!strings.Contains(err.Error(), pe.Op+" "+pe.Path):
 		t.Fatalf("Run = %v: does not say where (%s) and what (%s, %s %s)", err, storeDir, se.Op, pe.Op, pe.Path)
 	}
+	if ok, why := pr.Ready(); ok || !strings.HasPrefix(why, "halted: ") {
+		t.Fatalf("Ready() = %v, %q once halted; want not ready, saying it halted", ok, why)
+	}
 	t.Logf("halted: %v", err)
 	return err
 }

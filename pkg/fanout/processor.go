@@ -35,6 +35,12 @@ type Processor struct {
 	joined    atomic.Bool // the group assigned the current session its partitions (ownership.assignedOnce)
 	held      atomic.Int64
 	heldBytes atomic.Int64
+
+	// run is the context of the current Run, nil before the first. Once
+	// it is done the processor is ending, halted or stopped, and not
+	// ready, though it keeps its caught-up partitions until it has left
+	// the group, and the flags above stay as they were.
+	run atomic.Pointer[runContext]
 }
 
 // New checks cfg and makes a Processor over store. It registers the
@@ -87,13 +93,25 @@ func New(cfg Config, store Store) (*Processor, error) {
 	return p, nil
 }
 
-// Ready reports whether the processor forwards: the gate is restored, the
-// topics are checked, the consumer group has assigned this instance its
-// partitions (perhaps none, when the group has more instances than
-// partitions), and every owned partition has caught up with its commands.
-// When not ready, why says what it waits for.
+// runContext is what Ready keeps of a Run.
+type runContext struct{ ctx context.Context }
+
+// Ready reports whether the processor forwards: Run is running and not
+// ending, the gate is restored, the topics are checked, the consumer group
+// has assigned this instance its partitions (perhaps none, when the group
+// has more instances than partitions), and every owned partition has
+// caught up with its commands. When not ready, why says what it waits for,
+// or why the processor stopped.
 func (p *Processor) Ready() (ok bool, why string) {
+	r := p.run.Load()
 	switch {
+	case r == nil:
+		return false, "not started"
+	case r.ctx.Err() != nil:
+		if cause := context.Cause(r.ctx); !errors.Is(cause, context.Canceled) {
+			return false, "halted: " + cause.Error()
+		}
+		return false, "stopping or stopped"
 	case !p.restored.Load():
 		return false, "restoring membership state from the local store"
 	case !p.started.Load():
@@ -193,6 +211,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	halt := func(err error) { cancel(err) }
+	p.run.Store(&runContext{ctx})
 	snap := gateSnapshot{path: p.cfg.GateSnapshot, topic: string(p.cfg.Topics.Commands)}
 	restored := make(chan struct{}) // closed when the restore ends, p.restored set if it succeeded
 	go func() {

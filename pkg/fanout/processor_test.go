@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -28,16 +29,7 @@ import (
 // broker here holds the processor's JoinGroup until the test lets it go.
 func TestReadyWaitsForTheGroup(t *testing.T) {
 	const parts = 2
-	set := topics.Defaults()
-	var names []string
-	for _, s := range set.Specs() {
-		names = append(names, string(s.Topic))
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, names...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, set := fakeCluster(t, parts)
 	joining, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	c.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -65,26 +57,18 @@ func TestReadyWaitsForTheGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
+	r := startRun(p)
 	defer func() {
 		letGo()
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return within 30s of its cancellation")
+		if err := r.stop(); err != nil {
+			t.Errorf("Run: %v", err)
 		}
 	}()
 
 	select {
 	case <-joining:
-	case err := <-done:
-		t.Fatalf("Run returned before joining the group: %v", err)
+	case <-r.done:
+		t.Fatalf("Run returned before joining the group: %v", r.err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("no JoinGroup within 30s")
 	}
@@ -95,19 +79,143 @@ func TestReadyWaitsForTheGroup(t *testing.T) {
 	}
 
 	letGo()
+	waitReady(t, p)
+	if n := len(p.Partitions()); n != parts {
+		t.Errorf("ready owning %d partitions; want %d", n, parts)
+	}
+}
+
+// fakeCluster starts a broker holding the default topics with parts
+// partitions each, closed when the test ends.
+func fakeCluster(t *testing.T, parts int32) (*kfake.Cluster, topics.Set) {
+	t.Helper()
+	set := topics.Defaults()
+	var names []string
+	for _, s := range set.Specs() {
+		names = append(names, string(s.Topic))
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, names...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, set
+}
+
+// run is a Processor's Run in a goroutine of a test's.
+type run struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run has returned err
+	err    error
+}
+
+// startRun runs p until stop.
+func startRun(p *Processor) *run {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.err = p.Run(ctx)
+	}()
+	return r
+}
+
+// stop cancels the run and returns Run's error, or one saying that Run did
+// not return within 30s.
+func (r *run) stop() error {
+	r.cancel()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(30 * time.Second):
+		return errors.New("Run did not return within 30s of its cancellation")
+	}
+}
+
+// waitReady waits up to 30s for p to be ready.
+func waitReady(t *testing.T, p *Processor) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ok, why := p.Ready()
 		if ok {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not ready 30s after the join was let through: %s", why)
+			t.Fatalf("not ready within 30s: %s", why)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling interval of a condition with a deadline
 	}
-	if n := len(p.Partitions()); n != parts {
-		t.Errorf("ready owning %d partitions; want %d", n, parts)
+}
+
+// failingStore is a Store whose background fails when down is closed, as
+// Pebble's does when one of its own jobs meets a fault.
+type failingStore struct {
+	Store
+	down chan struct{}
+	err  error
+}
+
+func (f *failingStore) Failed() <-chan struct{} { return f.down }
+func (f *failingStore) Err() error              { return f.err }
+
+// TestNotReadyOnceStopping: a processor is not ready from the moment it
+// is told to stop or halts, though it keeps its caught-up partitions until
+// it has ended its cycle and left the group; and not once Run returned.
+// Before, a halting processor said ready between the release of its
+// partitions and Run's return (it owned none, so none was catching up),
+// and a stopped one said ready for ever: /readyz answered 200 from an
+// instance that forwarded nothing.
+func TestNotReadyOnceStopping(t *testing.T) {
+	const parts = 2
+	c, set := fakeCluster(t, parts)
+	injected := errors.New("injected background failure")
+	for _, tc := range []struct {
+		name, group string
+		// end ends the run; at once says whether it is not ready as soon
+		// as end returns, or only once Run returned.
+		end  func(r *run, s *failingStore)
+		at   bool
+		want string // Ready's why once Run returned
+	}{
+		{"stopped by its caller", "stopped", func(r *run, _ *failingStore) { r.cancel() }, true, "stopping or stopped"},
+		{"halted by its store", "halted", func(_ *run, s *failingStore) { close(s.down) }, false, "halted: store: " + injected.Error()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ms.Close()
+			store := &failingStore{Store: ms, down: make(chan struct{}), err: injected}
+			p, err := New(Config{
+				Brokers: c.ListenAddrs(), Topics: set, Partitions: parts, Group: tc.group,
+				ExactlyOnce: true, TransactionalID: "stopping-test",
+				Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+			}, store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, why := p.Ready(); ok || why != "not started" {
+				t.Errorf("Ready() = %v, %q before Run; want not started", ok, why)
+			}
+			r := startRun(p)
+			defer r.stop()
+			waitReady(t, p)
+
+			tc.end(r, store)
+			if ok, why := p.Ready(); tc.at && ok {
+				t.Errorf("ready once told to stop, owning %d partitions (%s)", len(p.Partitions()), why)
+			}
+			select {
+			case <-r.done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return within 30s")
+			}
+			if ok, why := p.Ready(); ok || why != tc.want {
+				t.Errorf("Ready() = %v, %q once Run returned %v; want not ready, %q", ok, why, r.err, tc.want)
+			}
+		})
 	}
 }
 
@@ -140,16 +248,7 @@ func (b *blockedRestore) Restore(ctx context.Context, fn func(membership.Member)
 // at its deadline). Then the signal of a user who left before it must be
 // dropped, and the other user's forwarded.
 func TestJoinWhileRestoring(t *testing.T) {
-	set := topics.Defaults()
-	var names []string
-	for _, s := range set.Specs() {
-		names = append(names, string(s.Topic))
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, names...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, set := fakeCluster(t, 1)
 	joining := make(chan struct{})
 	var once sync.Once
 	c.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -194,19 +293,11 @@ func TestJoinWhileRestoring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx) }()
+	r := startRun(p)
 	defer func() {
 		letGo()
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return within 30s of its cancellation")
+		if err := r.stop(); err != nil {
+			t.Errorf("Run: %v", err)
 		}
 	}()
 
@@ -216,8 +307,8 @@ func TestJoinWhileRestoring(t *testing.T) {
 	}{{"the restore's scan", store.restoring}, {"a JoinGroup while the scan waits", joining}} {
 		select {
 		case <-step.ch:
-		case err := <-done:
-			t.Fatalf("Run returned before %s: %v", step.what, err)
+		case <-r.done:
+			t.Fatalf("Run returned before %s: %v", step.what, r.err)
 		case <-time.After(20 * time.Second):
 			t.Fatalf("%s: not within 20s", step.what)
 		}
