@@ -1,15 +1,18 @@
 package integration
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/pkg/fanout"
@@ -99,6 +102,8 @@ func TestProduceFailureAbortsCycle(t *testing.T) {
 	}
 }
 
+// alterCohort alters a config of the cohort topic; a max.message.bytes
+// set is waited for until the broker refuses a record above it.
 func (e *env) alterCohort(c kadm.AlterConfig) {
 	e.t.Helper()
 	resp, err := e.adm.AlterTopicConfigs(e.ctx(30*time.Second), []kadm.AlterConfig{c}, string(e.set.Cohort))
@@ -108,6 +113,49 @@ func (e *env) alterCohort(c kadm.AlterConfig) {
 	if err != nil {
 		e.t.Fatalf("alter %s: %v", e.set.Cohort, err)
 	}
+	if c.Name == "max.message.bytes" && c.Op == kadm.SetConfig && c.Value != nil {
+		limit, err := strconv.Atoi(*c.Value)
+		if err != nil {
+			e.t.Fatalf("max.message.bytes %q: %v", *c.Value, err)
+		}
+		e.waitRefusedAbove(e.set.Cohort, limit)
+	}
+}
+
+// waitRefusedAbove waits until the broker refuses a record of topic
+// larger than limit bytes. Apache Kafka answers AlterConfigs once its
+// controller has the new value, and its brokers apply it to their logs
+// a moment later: records produced in between pass the old limit. Each
+// probe is produced in a transaction that is then aborted, so no reader
+// of committed records sees it.
+func (e *env) waitRefusedAbove(topic topics.Topic, limit int) {
+	e.t.Helper()
+	ctx := e.ctx(30 * time.Second)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.addrs...), kgo.TransactionalID("it-probe-"+randomID()),
+		kgo.ProducerBatchMaxBytes(int32(2*limit+1024)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	value := make([]byte, limit) // random: compression cannot bring it under the limit
+	eventually(e.t, 30*time.Second, func() error {
+		_, _ = rand.Read(value)
+		if err := cl.BeginTransaction(); err != nil {
+			return err
+		}
+		err := cl.ProduceSync(ctx, &kgo.Record{Topic: string(topic), Value: value}).FirstErr()
+		if end := cl.EndTransaction(ctx, kgo.TryAbort); end != nil {
+			return fmt.Errorf("abort of the probe: %w", end)
+		}
+		switch {
+		case errors.Is(err, kerr.MessageTooLarge):
+			return nil
+		case err == nil:
+			return fmt.Errorf("a record of %d bytes still passes the limit of %d", len(value), limit)
+		default:
+			return err
+		}
+	})
 }
 
 // shorten cuts each value to 12 bytes for messages.
