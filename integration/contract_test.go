@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.yaml.in/yaml/v3"
 
@@ -73,7 +72,7 @@ func headerMap(r *kgo.Record) map[string]any {
 func TestContractRecords(t *testing.T) {
 	s := contractSchemas(t, "Command", "MemberRecord", "UserIDKey", "DeadLetterHeaders", "RepublishedHeaders")
 	e := newEnv(t, 2)
-	e.alterCohort(kadm.AlterConfig{Name: "max.message.bytes", Value: kadm.StringPtr("2000")})
+	e.limitCohort(2000)
 	pr := e.start(t.TempDir(), e.config())
 	pr.waitReady(t, 2)
 	c, err := client.New(client.Brokers(broker.addrs...), client.Topics(e.set))

@@ -72,7 +72,7 @@ func TestProduceFailureAbortsCycle(t *testing.T) {
 
 			// Not smaller: Kafka must still fit its transaction markers
 			// (about 80 bytes) into the topic, or the transaction hangs.
-			e.alterCohort(kadm.AlterConfig{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("1000")})
+			e.limitCohort(1000)
 			var big []*kgo.Record
 			for _, user := range []uint64{3, 4, 5} {
 				// Random, so that compression cannot bring it under the limit.
@@ -102,10 +102,11 @@ func TestProduceFailureAbortsCycle(t *testing.T) {
 	}
 }
 
-// alterCohort alters a config of the cohort topic; a max.message.bytes
-// set is waited for until the broker refuses a record above it.
-func (e *env) alterCohort(c kadm.AlterConfig) {
+// limitCohort sets the cohort topic's max.message.bytes and waits until
+// the broker refuses a record above it.
+func (e *env) limitCohort(limit int) {
 	e.t.Helper()
+	c := kadm.AlterConfig{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr(strconv.Itoa(limit))}
 	resp, err := e.adm.AlterTopicConfigs(e.ctx(30*time.Second), []kadm.AlterConfig{c}, string(e.set.Cohort))
 	if err == nil {
 		err = resp[0].Err
@@ -113,13 +114,7 @@ func (e *env) alterCohort(c kadm.AlterConfig) {
 	if err != nil {
 		e.t.Fatalf("alter %s: %v", e.set.Cohort, err)
 	}
-	if c.Name == "max.message.bytes" && c.Op == kadm.SetConfig && c.Value != nil {
-		limit, err := strconv.Atoi(*c.Value)
-		if err != nil {
-			e.t.Fatalf("max.message.bytes %q: %v", *c.Value, err)
-		}
-		e.waitRefusedAbove(e.set.Cohort, limit)
-	}
+	e.waitRefusedAbove(e.set.Cohort, limit)
 }
 
 // waitRefusedAbove waits until the broker refuses a record of topic

@@ -190,11 +190,7 @@ func TestPoisonRecords(t *testing.T) {
 	// The cohort topic takes less than the signals topic: a valid signal
 	// between the two cannot be forwarded.
 	const cohortLimit = 200_000
-	if _, err := e.adm.AlterTopicConfigs(e.ctx(30*time.Second), []kadm.AlterConfig{{
-		Name: "max.message.bytes", Value: kadm.StringPtr(strconv.Itoa(cohortLimit)),
-	}}, string(e.set.Cohort)); err != nil {
-		t.Fatal(err)
-	}
+	e.limitCohort(cohortLimit)
 	pr := e.start(t.TempDir(), e.config())
 	pr.waitReady(t, 2)
 	big := bigProducer(t)

@@ -172,11 +172,12 @@ func TestNotReadyOnceStopping(t *testing.T) {
 	injected := errors.New("injected background failure")
 	for _, tc := range []struct {
 		name, group string
-		// end ends the run; at once says whether it is not ready as soon
-		// as end returns, or only once Run returned.
-		end  func(r *run, s *failingStore)
-		at   bool
-		want string // Ready's why once Run returned
+		// end ends the run; atOnce says whether it is not ready as soon
+		// as end returns (a halt reaches Run through the store's watch,
+		// later), or only once Run returned.
+		end    func(r *run, s *failingStore)
+		atOnce bool
+		want   string // Ready's why once Run returned
 	}{
 		{"stopped by its caller", "stopped", func(r *run, _ *failingStore) { r.cancel() }, true, "stopping or stopped"},
 		{"halted by its store", "halted", func(_ *run, s *failingStore) { close(s.down) }, false, "halted: store: " + injected.Error()},
@@ -204,7 +205,7 @@ func TestNotReadyOnceStopping(t *testing.T) {
 			waitReady(t, p)
 
 			tc.end(r, store)
-			if ok, why := p.Ready(); tc.at && ok {
+			if ok, why := p.Ready(); tc.atOnce && ok {
 				t.Errorf("ready once told to stop, owning %d partitions (%s)", len(p.Partitions()), why)
 			}
 			select {
