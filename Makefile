@@ -8,7 +8,7 @@ KAFKA     := bash integration/kafka/kafka.sh
 # Tests against a real broker read its address from here.
 KAFKA_BROKERS ?= 127.0.0.1:9092
 
-.PHONY: build run test test-kafka kafka-start kafka-stop bench fuzz lint clean examples promtool image image-context
+.PHONY: build run test test-kafka kafka-start kafka-stop bench fuzz lint size-guard clean examples promtool image image-context
 
 build:
 	$(GO) build -o $(BIN) ./cmd/processor
@@ -65,9 +65,15 @@ fuzz:
 		done; \
 	done
 
-lint:
+lint: size-guard
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+
+# No tracked file over 1 MiB unless .ci/large-files lists it (binaries go
+# to bin/); the self-test shows the guard refuses such a file.
+size-guard:
+	bash .ci/size-guard --self-test
+	bash .ci/size-guard
 
 clean:
 	rm -rf bin cohortgate-data examples/java/target
