@@ -182,6 +182,18 @@ func (m *Map) Grow(n int) {
 	m.rebuildLocked(t, int(m.live.Load())+n)
 }
 
+// Clear drops every user: afterwards the map allows every signal, as a
+// new one does. A reader that loaded the table before sees the users
+// until its call returns. Clear is safe to call from several goroutines;
+// it serializes with Set.
+func (m *Map) Clear() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mu.used, m.mu.ovfLen, m.mu.histBytes = 0, 0, 0
+	m.live.Store(0)
+	m.installLocked(newTable(slotsFor(m.capacity)))
+}
+
 func validate(userID uint64, eps []Episode) error {
 	if i, reason := badEpisode(eps); reason != "" {
 		e := eps[i]

@@ -467,3 +467,29 @@ func TestGrow(t *testing.T) {
 		t.Fatal("10,000 users set without Grow did not rebuild the table; the test shows nothing")
 	}
 }
+
+// TestClear: a cleared map allows everyone and counts no member, and takes
+// users again afterwards.
+func TestClear(t *testing.T) {
+	m := New()
+	for u := uint64(1); u <= 100; u++ {
+		if err := m.Set(u, []Episode{{LeftAtNs: 10, RejoinedAtNs: OpenEnd}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Clear()
+	if m.Len() != 0 {
+		t.Errorf("Len after Clear = %d, want 0", m.Len())
+	}
+	for u := uint64(1); u <= 100; u++ {
+		if !m.Allows(u, 20) {
+			t.Fatalf("user %d not allowed after Clear", u)
+		}
+	}
+	if err := m.Set(7, []Episode{{LeftAtNs: 10, RejoinedAtNs: OpenEnd}}); err != nil {
+		t.Fatal(err)
+	}
+	if m.Allows(7, 20) || m.Len() != 1 {
+		t.Errorf("after Clear and Set: Allows %v, Len %d; want false, 1", m.Allows(7, 20), m.Len())
+	}
+}
