@@ -51,7 +51,8 @@ type MemberRecord struct {
 // new owner of the user's partition with no state of its own restores the
 // user from it instead of replaying the commands. It is the processor's,
 // not the purge job's: its layout is pkg/membership's dump format, behind
-// a version byte and the offset. A record left without it (one trimmed to
+// a version byte (2), the commands topic's partition count
+// when the command was applied (big-endian uint32) and the offset (uint64). A record left without it (one trimmed to
 // fit, with history_omitted) makes the next owner replay.
 const HeaderRestore = "cohortgate.restore"
 
@@ -79,12 +80,19 @@ type LateLeave struct {
 
 // CommandRef identifies an applied command and what it did.
 type CommandRef struct {
-	Op        string `json:"op"`    // "leave" or "rejoin"
-	AtNs      uint64 `json:"at_ns"` // the boundary used: at_ns, or the record timestamp
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-	RequestID string `json:"request_id,omitempty"`
+	Op    string `json:"op"`    // "leave" or "rejoin"
+	AtNs  uint64 `json:"at_ns"` // the boundary used: at_ns, or the record timestamp
+	Topic string `json:"topic"`
+	// Partitions is the commands topic's partition count when the
+	// command was applied (0 in records of older versions). Counts only
+	// grow, and under one count all of a user's commands are applied in
+	// one partition: a user's records are ordered by (Partitions, Offset),
+	// the order of the commands they follow, whichever changelog
+	// partition holds them.
+	Partitions int32  `json:"partitions,omitempty"`
+	Partition  int32  `json:"partition"`
+	Offset     int64  `json:"offset"`
+	RequestID  string `json:"request_id,omitempty"`
 	// Changed is false for a command that changed nothing: a duplicate, a
 	// leave while left at no earlier boundary, a rejoin while active.
 	Changed bool `json:"changed"`
