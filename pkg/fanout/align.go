@@ -72,8 +72,20 @@ type alignment struct {
 	// observations that contradicted what is known of the partition (see
 	// aligner.suspect), 0 while the last one did not. The aligner's alone.
 	suspectSinceNs int64
+	// prepared is set once the commands side has done what the claim
+	// needs before its commands: restored its users from the changelog,
+	// recovered its windows, re-published the commands of its users that
+	// other partitions still held (migrate.go). Until then the partition
+	// does not catch up, however far its commands are applied.
+	prepared atomic.Bool
+	// readyAfterNs is the wall clock (ns) after which an observation must
+	// have been sent to count for the claim, besides assignedNs: when
+	// commands of its users were re-published to it, an observation sent
+	// after they were acknowledged covers them.
+	readyAfterNs atomic.Int64
 	// caughtUp is set once the commands are applied through an
-	// observation sent after assignment: the partition forwards.
+	// observation sent after assignment (and readyAfterNs): the partition
+	// forwards.
 	caughtUp atomic.Bool
 	// openTxnSinceNs is the wall clock (ns) at which the aligner first saw
 	// the commands partition held by an open transaction (everything below
@@ -170,8 +182,13 @@ func (a *alignment) through(applied, notBefore int64) (ns int64, ok bool) {
 // partition's commands are known applied, since its assignment: a held
 // signal whose deadline is at or before it may be decided.
 func (a *alignment) alignedThrough() (ns int64, ok bool) {
-	return a.through(a.applied.Load(), a.assignedNs)
+	return a.through(a.applied.Load(), a.notBefore())
 }
+
+// notBefore is the instant after which an observation counts for the
+// partition: its assignment, or later once commands were re-published to
+// it (readyAfterNs).
+func (a *alignment) notBefore() int64 { return max(a.assignedNs, a.readyAfterNs.Load()) }
 
 // suspectFor is how long the observations of a commands partition may
 // contradict what is known of it before the processor halts: a broker
@@ -334,7 +351,7 @@ func (al *aligner) suspect(a *alignment, sentNs int64, l listed, least int64, kn
 }
 
 func (al *aligner) markCaughtUp(a *alignment) {
-	if a.caughtUp.Load() {
+	if a.caughtUp.Load() || !a.prepared.Load() {
 		return
 	}
 	if _, ok := a.alignedThrough(); ok {

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,13 +41,37 @@ type claim struct {
 	// changelogID is the topic ID of the changelog that has held every
 	// record of the partition's users since the partition's first
 	// command, as far as the owners know (handover.go), or noChangelogID
-	// when that is not known. Offset metadata carries it to the next
-	// owner. Set before the claim is shared.
-	changelogID string
+	// when that is not known; changelogParts its partition count all
+	// along, 0 when it changed or is not known (see offsetMeta). Offset
+	// metadata carries them to the next owner. Set before the claim is
+	// shared.
+	changelogID    string
+	changelogParts int32
+	// readSingle says the previous owners' metadata vouches that every
+	// changelog record of the partition's users is in the changelog
+	// partition their key gives now (readRequest.single). Set before the
+	// claim is shared.
+	readSingle bool
+	// commandsID is the commands topic's ID, layoutParts its partition
+	// count now; inheritedParts is the count under which the commands
+	// below judgedBelow were last read (the previous owners', or
+	// layoutParts when no other is known) and tailEnd the commands' end
+	// when the partition was claimed under a new count, -1 otherwise: the
+	// metadata names the new count once the commands below tailEnd have
+	// been read under it (see claim.meta). Set before the claim is shared.
+	commandsID                  string
+	layoutParts, inheritedParts int32
+	tailEnd                     int64
 	// restore says the claim starts with an empty store on a partition
-	// whose earlier owners judged commands: the commands side may restore
-	// it from the changelog (handover.go). Set before the claim is shared.
+	// whose earlier owners judged commands, or whose users may have moved
+	// in from other partitions: the commands side may restore it from the
+	// changelog (handover.go). Set before the claim is shared.
 	restore bool
+	// tails are the commands other partitions may hold, read under an
+	// older count, of users this partition owns now: re-published here
+	// before the partition forwards (migrate.go). Set before the claim is
+	// shared.
+	tails []tail
 
 	// deciding is, per route, one past the highest offset of the route's
 	// input whose gate decision may have been taken; -1 before the first.
@@ -59,6 +84,8 @@ type claim struct {
 	// A leave with an earlier boundary may be late.
 	maxEventNs atomic.Int64
 	revoked    atomic.Bool
+	// waitingFor is what the commands side says the claim waits for.
+	waitingFor atomic.Pointer[string]
 
 	// Owned by the commands side (recover.go).
 	recovery recovery
@@ -70,15 +97,41 @@ type claim struct {
 	reflected map[uint64]int64
 }
 
+// tail is one partition's commands that may still hold commands, read
+// under an older count, of users the claiming partition owns now.
+type tail struct {
+	partition int32
+	judged    int64 // below it, the partition's users' changelog records hold the commands
+	end       int64 // its end when the claim was made
+}
+
 // newClaim makes the claim of partition, for routes routes.
 func newClaim(partition int32, routes int, assignedNs, applied int64) *claim {
-	c := &claim{inheritedMaxNs: -1, fwd: newForwarded(), deciding: make([]atomic.Int64, routes)}
+	c := &claim{inheritedMaxNs: -1, tailEnd: -1, fwd: newForwarded(), deciding: make([]atomic.Int64, routes)}
 	c.alignment.init(partition, assignedNs, applied)
+	c.prepared.Store(true) // ownership.claim says otherwise when it must
 	for i := range c.deciding {
 		c.deciding[i].Store(-1)
 	}
 	c.maxEventNs.Store(-1)
 	return c
+}
+
+// note says what the claim waits for before it can catch up ("" when
+// nothing), for PartitionStatus.Waiting.
+func (c *claim) note(what string) {
+	if what == "" {
+		c.waitingFor.Store(nil)
+		return
+	}
+	c.waitingFor.Store(&what)
+}
+
+func (c *claim) waiting() string {
+	if w := c.waitingFor.Load(); w != nil {
+		return *w
+	}
+	return ""
 }
 
 // publishDeciding records, before the gate is asked about the signal at
@@ -93,41 +146,106 @@ func (c *claim) publishDeciding(route int, offset, tsNs int64) {
 	}
 }
 
-// meta is a partition's committed offset metadata: the highest event time
-// decided, how far the commands were judged and the changelog that holds
-// their records, "<event ns>:<offset>:<changelog topic id>". judged is the
+// offsetMeta is a partition's committed offset metadata, which carries to
+// its next owner what the commands of the partition were judged under:
+//
+//	<event ns>:<judged>:<changelog ID>:<changelog partitions>:<commands ID>:<commands partitions>
+//
+// eventNs is the highest event time decided; judged the commands offset
+// below which every command's changelog record committed with it (the
 // applied offset read before the outbox was last drained into the cycle
-// being committed: the changelog records of every command below it commit
-// with the metadata, which is what lets the next owner skip them, or
-// restore the partition's users from their records (handover.go).
+// being committed), which lets the next owner skip them, or restore the
+// partition's users from their records (handover.go). changelogID is the
+// topic ID of the changelog that has held every record of the partition's
+// users since its first command, noChangelogID when that is not known, and
+// changelogParts its partition count all along, 0 ("*") when it changed
+// or is not known: a restore may then read no single changelog partition.
+// commandsID is the commands topic's ID ("" when not known) and
+// commandsParts the partition count under which the commands below judged
+// were last read, 0 when not known.
+//
+// Older forms ("<event ns>", "<event ns>:<judged>", with the changelog ID)
+// read with the fields they lack unknown; the first two fields keep their
+// place, so a reader of the older forms reads the newer one.
+type offsetMeta struct {
+	eventNs, judged int64
+	changelogID     string
+	changelogParts  int32
+	commandsID      string
+	commandsParts   int32
+	// legacy says the metadata is of an older form, without the counts:
+	// the version that wrote it read one changelog partition whenever the
+	// changelog had as many partitions as the commands.
+	legacy bool
+}
+
+func (m offsetMeta) String() string {
+	clParts := "*"
+	if m.changelogParts > 0 {
+		clParts = strconv.Itoa(int(m.changelogParts))
+	}
+	cmdID := m.commandsID
+	if cmdID == "" {
+		cmdID = "-"
+	}
+	return strconv.FormatInt(m.eventNs, 10) + ":" + strconv.FormatInt(m.judged, 10) + ":" + m.changelogID +
+		":" + clParts + ":" + cmdID + ":" + strconv.Itoa(int(m.commandsParts))
+}
+
+// meta is the claim's offset metadata with judged the applied offset read
+// before the outbox was last drained: see offsetMeta. The commands count
+// it names is the layout's once the claim has read the commands its
+// partition held when it was claimed (tailEnd): until then they were last
+// read under the count inherited.
 func (c *claim) meta(judged int64) string {
-	return strconv.FormatInt(c.maxEventNs.Load(), 10) + ":" + strconv.FormatInt(max(judged, c.judgedBelow), 10) +
-		":" + c.changelogID
+	j := max(judged, c.judgedBelow)
+	parts := c.layoutParts
+	if j < c.tailEnd {
+		parts = c.inheritedParts
+	}
+	return offsetMeta{eventNs: c.maxEventNs.Load(), judged: j, changelogID: c.changelogID,
+		changelogParts: c.changelogParts, commandsID: c.commandsID, commandsParts: parts}.String()
 }
 
 // noChangelogID is the changelog topic ID of offset metadata that does not
 // know which changelog holds the partition's records.
 const noChangelogID = "-"
 
-// parseMeta reads what claim.meta wrote; metadata of the older forms
-// "<event ns>" and "<event ns>:<offset>" has judged 0 and changelog ID
-// noChangelogID respectively.
-func parseMeta(s string) (eventNs, judged int64, changelogID string, err error) {
-	ts, rest, found := strings.Cut(s, ":")
-	changelogID = noChangelogID
-	if eventNs, err = strconv.ParseInt(ts, 10, 64); err != nil {
-		return 0, 0, "", err
+// parseMeta reads what offsetMeta.String wrote, and the older forms.
+func parseMeta(s string) (offsetMeta, error) {
+	m := offsetMeta{changelogID: noChangelogID}
+	f := strings.Split(s, ":")
+	var err error
+	if m.eventNs, err = strconv.ParseInt(f[0], 10, 64); err != nil {
+		return offsetMeta{}, err
 	}
-	if found {
-		off, id, hasID := strings.Cut(rest, ":")
-		if judged, err = strconv.ParseInt(off, 10, 64); err != nil {
-			return 0, 0, "", err
-		}
-		if hasID && id != "" {
-			changelogID = id
+	if len(f) > 1 {
+		if m.judged, err = strconv.ParseInt(f[1], 10, 64); err != nil {
+			return offsetMeta{}, err
 		}
 	}
-	return eventNs, judged, changelogID, nil
+	if len(f) > 2 && f[2] != "" {
+		m.changelogID = f[2]
+	}
+	m.legacy = len(f) <= 5
+	if !m.legacy {
+		if f[3] != "*" {
+			n, err := strconv.ParseInt(f[3], 10, 32)
+			if err != nil || n < 0 {
+				return offsetMeta{}, fmt.Errorf("changelog partitions %q", f[3])
+			}
+			m.changelogParts = int32(n)
+		}
+		if f[4] != "-" {
+			m.commandsID = f[4]
+		}
+		n, err := strconv.ParseInt(f[5], 10, 32)
+		if err != nil || n < 0 {
+			return offsetMeta{}, fmt.Errorf("commands partitions %q", f[5])
+		}
+		m.commandsParts = int32(n)
+	}
+	return m, nil
 }
 
 // claims is the set of partitions this instance owns. Group callbacks add

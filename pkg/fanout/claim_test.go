@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/cohortgate/cohortgate/pkg/membership"
@@ -60,32 +61,50 @@ func TestClaimMeta(t *testing.T) {
 	c := newClaim(0, 1, 0, 17)
 	c.maxEventNs.Store(1764633600000000000)
 	c.judgedBelow = 9
-	c.changelogID = "0a1b"
-	ts, judged, id, err := parseMeta(c.meta(17))
-	if err != nil || ts != 1764633600000000000 || judged != 17 || id != "0a1b" {
-		t.Fatalf("parseMeta(%q) = %d, %d, %q, %v", c.meta(17), ts, judged, id, err)
+	c.changelogID, c.changelogParts = "0a1b", 6
+	c.commandsID, c.layoutParts, c.inheritedParts = "c/+=", 12, 6
+	want := offsetMeta{eventNs: 1764633600000000000, judged: 17, changelogID: "0a1b", changelogParts: 6,
+		commandsID: "c/+=", commandsParts: 12}
+	if m, err := parseMeta(c.meta(17)); err != nil || m != want {
+		t.Fatalf("parseMeta(%q) = %+v, %v; want %+v", c.meta(17), m, err, want)
 	}
 	c.judgedBelow = 30 // not yet caught up with what the previous owner applied
-	if _, judged, _, _ := parseMeta(c.meta(17)); judged != 30 {
-		t.Fatalf("meta %q: judged %d, want 30", c.meta(17), judged)
+	if m, _ := parseMeta(c.meta(17)); m.judged != 30 {
+		t.Fatalf("meta %q: judged %d, want 30", c.meta(17), m.judged)
+	}
+	// Claimed under a new count with its commands read to 40 under the old
+	// one: the metadata names the old count until they are read again.
+	c.tailEnd = 40
+	if m, _ := parseMeta(c.meta(39)); m.commandsParts != 6 {
+		t.Errorf("judged 39 of a tail to 40: commands count %d, want the inherited 6", m.commandsParts)
+	}
+	if m, _ := parseMeta(c.meta(40)); m.commandsParts != 12 {
+		t.Errorf("judged 40 of a tail to 40: commands count %d, want 12", m.commandsParts)
+	}
+	c.changelogParts = 0
+	if s := c.meta(40); !strings.Contains(s, ":*:") {
+		t.Errorf("meta %q of a changelog whose count changed: want * for its count", s)
 	}
 	for _, tc := range []struct {
-		in         string
-		ts, judged int64
-		id         string
-		wantErr    bool
+		in      string
+		want    offsetMeta
+		wantErr bool
 	}{
-		{"1764633600000000000", 1764633600000000000, 0, noChangelogID, false},
-		{"-1:0", -1, 0, noChangelogID, false},
-		{"-1:7:", -1, 7, noChangelogID, false},
-		{"-1:7:-", -1, 7, noChangelogID, false},
-		{"-1:7:0a1b", -1, 7, "0a1b", false},
-		{"5:x", 0, 0, "", true},
-		{"", 0, 0, "", true},
+		{"1764633600000000000", offsetMeta{eventNs: 1764633600000000000, changelogID: noChangelogID, legacy: true}, false},
+		{"-1:0", offsetMeta{eventNs: -1, changelogID: noChangelogID, legacy: true}, false},
+		{"-1:7:", offsetMeta{eventNs: -1, judged: 7, changelogID: noChangelogID, legacy: true}, false},
+		{"-1:7:-", offsetMeta{eventNs: -1, judged: 7, changelogID: noChangelogID, legacy: true}, false},
+		{"-1:7:0a1b", offsetMeta{eventNs: -1, judged: 7, changelogID: "0a1b", legacy: true}, false},
+		{"-1:7:0a1b:*:-:0", offsetMeta{eventNs: -1, judged: 7, changelogID: "0a1b"}, false},
+		{"-1:7:0a1b:3:xy:4", offsetMeta{eventNs: -1, judged: 7, changelogID: "0a1b", changelogParts: 3, commandsID: "xy", commandsParts: 4}, false},
+		{"-1:7:0a1b:q:xy:4", offsetMeta{}, true},
+		{"-1:7:0a1b:3:xy:-4", offsetMeta{}, true},
+		{"5:x", offsetMeta{}, true},
+		{"", offsetMeta{}, true},
 	} {
-		ts, judged, id, err := parseMeta(tc.in)
-		if (err != nil) != tc.wantErr || ts != tc.ts || judged != tc.judged || id != tc.id {
-			t.Errorf("parseMeta(%q) = %d, %d, %q, %v", tc.in, ts, judged, id, err)
+		m, err := parseMeta(tc.in)
+		if (err != nil) != tc.wantErr || m != tc.want {
+			t.Errorf("parseMeta(%q) = %+v, %v; want %+v", tc.in, m, err, tc.want)
 		}
 	}
 }

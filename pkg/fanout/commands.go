@@ -44,14 +44,21 @@ import (
 // drive without a broker (commands_test.go, testdata/commands); without
 // run's syncer it waits for the sync itself.
 type applier struct {
-	cfg        *Config
-	cl         *kgo.Client // the commands consumer; nil in tests
-	store      Store
-	gate       *gate.Map
-	claims     *claims
-	outbox     *outbox
-	recover    *recoverer
-	handover   *restorer // nil: claims are never restored from the changelog
+	cfg      *Config
+	cl       *kgo.Client // the commands consumer; nil in tests
+	store    Store
+	gate     *gate.Map
+	claims   *claims
+	outbox   *outbox
+	recover  *recoverer
+	handover *restorer // nil: claims are never restored from the changelog
+	migrate  *migrator // nil: no claim has tails to re-publish (tests)
+	// wake is signalled when claims wait to be prepared, so that a poll
+	// with nothing to fetch does not keep them waiting; nil in tests.
+	wake <-chan struct{}
+	// listEnd lists a commands partition's end, for a claim prepared
+	// before any of its commands was fetched; nil in tests.
+	listEnd    func(ctx context.Context, part int32) (int64, error)
 	ev         EventListener
 	lim        limits
 	partitions int32 // of both input topics
@@ -178,8 +185,11 @@ const syncQueue = 8
 
 func (a *applier) applyAll(ctx context.Context) error {
 	for {
+		if err := a.prepareIdle(ctx); err != nil {
+			return err
+		}
 		a.steps.start()
-		fetches := a.cl.PollFetches(ctx)
+		fetches := a.poll(ctx)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			return nil
 		}
@@ -193,6 +203,87 @@ func (a *applier) applyAll(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// poll polls the commands, until records come or a claim waits to be
+// prepared.
+func (a *applier) poll(ctx context.Context) kgo.Fetches {
+	if a.wake == nil {
+		return a.cl.PollFetches(ctx)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.wake:
+			cancel()
+		case <-pctx.Done():
+		}
+	}()
+	return a.cl.PollFetches(pctx)
+}
+
+// prepareIdle prepares the claims that wait for it whose commands
+// brought no record yet: a partition with no command left to read still
+// has users to restore, or commands of its users in other partitions to
+// re-publish.
+func (a *applier) prepareIdle(ctx context.Context) error {
+	for _, c := range a.claims.all() {
+		if c.prepared.Load() || a.listEnd == nil {
+			continue
+		}
+		end, err := a.listEnd(ctx, c.partition)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if fatal := notAuthorized("listing the commands' end offsets", err); fatal != nil {
+				return fatal
+			}
+			a.cfg.Logger.Warn("unable to list a commands partition's end; it waits", "partition", c.partition, "err", err)
+			continue // the next poll wakes on a fetch, or tries again
+		}
+		if err := a.prepare(ctx, c, end); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare does, once per claim, what it needs before its commands are
+// applied: restores its users from the changelog when its store holds
+// none of them (handover.go), or else recovers the late-leave windows
+// earlier owners wrote (recover.go); then re-publishes its users'
+// commands that other partitions still hold under an older partition
+// count (migrate.go). end is the commands partition's end as last seen.
+// Until it is done, the partition does not catch up.
+func (a *applier) prepare(ctx context.Context, c *claim, end int64) error {
+	restored := false
+	if c.restore && !c.recovery.handedOver && a.handover != nil {
+		c.recovery.handedOver = true
+		var err error
+		if restored, err = a.handover.handover(ctx, c, end); err != nil {
+			return err
+		}
+	}
+	if !c.recovery.done {
+		if err := a.recover.recover(ctx, c.partition, &c.recovery, c.readSingle, c.note); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if len(c.tails) > 0 && a.migrate != nil {
+		if err := a.migrate.migrate(ctx, c, restored); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+	c.prepared.Store(true)
+	return nil
 }
 
 // fetchErrors turns a lost position on a commands partition into a halt:
@@ -218,14 +309,8 @@ func (a *applier) fetchErrors(fetches kgo.Fetches) error {
 func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPartition) error {
 	for _, fp := range fetched {
 		c := a.claims.get(fp.Partition)
-		if c != nil && c.restore && !c.recovery.handedOver && a.handover != nil {
-			c.recovery.handedOver = true
-			if err := a.handover.handover(ctx, c, fp.HighWatermark); err != nil {
-				return err
-			}
-		}
-		if c != nil && !c.recovery.done {
-			if err := a.recover.recover(ctx, fp.Partition, &c.recovery); err != nil {
+		if c != nil && (!c.prepared.Load() || !c.recovery.done) {
+			if err := a.prepare(ctx, c, fp.HighWatermark); err != nil {
 				return err
 			}
 		}
@@ -511,7 +596,7 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 				return nil, err
 			}
 		}
-		note := topics.Note{Command: commandRef(a.cfg.Topics.Commands, ac), Receipt: &rc}
+		note := topics.Note{Command: commandRef(a.cfg.Topics.Commands, a.partitions, ac), Receipt: &rc}
 		if !ac.refused {
 			if err := b.SetNote(ac.cmd.UserID, topics.AppendNote(nil, note)); err != nil {
 				return nil, err
@@ -531,7 +616,7 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 				return nil, fmt.Errorf("note of user %d: %w", ac.cmd.UserID, err)
 			}
 		}
-		dump, err := b.AppendDump(appendRestoreHeader(nil, ac.r.Offset), ac.cmd.UserID)
+		dump, err := b.AppendDump(appendRestoreHeader(nil, a.partitions, ac.r.Offset), ac.cmd.UserID)
 		if err != nil {
 			return nil, err
 		}
@@ -578,15 +663,16 @@ func (a *applier) judge(ctx context.Context, b *membership.Batch, ac *appliedCmd
 	return b.RecordLateLeave(user, w)
 }
 
-func commandRef(t topics.Topic, ac *appliedCmd) *topics.CommandRef {
+func commandRef(t topics.Topic, parts int32, ac *appliedCmd) *topics.CommandRef {
 	return &topics.CommandRef{
-		Op:        ac.cmd.Op.String(),
-		AtNs:      ac.atNs,
-		Topic:     string(t),
-		Partition: ac.r.Partition,
-		Offset:    ac.r.Offset,
-		RequestID: ac.cmd.RequestID,
-		Changed:   ac.change.Changed,
-		Duplicate: ac.change.Duplicate,
+		Op:         ac.cmd.Op.String(),
+		AtNs:       ac.atNs,
+		Topic:      string(t),
+		Partitions: parts,
+		Partition:  ac.r.Partition,
+		Offset:     ac.r.Offset,
+		RequestID:  ac.cmd.RequestID,
+		Changed:    ac.change.Changed,
+		Duplicate:  ac.change.Duplicate,
 	}
 }

@@ -68,7 +68,7 @@ type commandsState struct {
 // fakeWindows is the changelog as recovery reads it.
 type fakeWindows map[uint64][]membership.LateLeave
 
-func (f fakeWindows) read(context.Context, int32, bool) (changelogView, error) {
+func (f fakeWindows) read(context.Context, readRequest) (changelogView, error) {
 	n := 0
 	for _, ws := range f {
 		n += len(ws)
@@ -199,10 +199,10 @@ func (st *commandsState) apply(t *testing.T, part int32, input string) string {
 			if d, err := membership.DecodeDump(dump); err != nil || d.Member.UserID != m.UserID {
 				t.Fatalf("changelog record of user %d: restore header of user %d, %v", m.UserID, d.Member.UserID, err)
 			}
-			if m.Command != nil && follows != m.Command.Offset {
+			if m.Command != nil && follows.offset != m.Command.Offset {
 				// A refused command's record (rule C7): the state as it
 				// was, for the identity the header adds.
-				line += fmt.Sprintf(" restated for offset=%d", follows)
+				line += fmt.Sprintf(" restated for offset=%d", follows.offset)
 			}
 			out = append(out, line)
 		case string(topics.DLQ):

@@ -78,6 +78,12 @@ type Config struct {
 	// MaxPollRecords bounds the records taken per poll. Default 10000.
 	MaxPollRecords int
 
+	// TopologyInterval is how often the topics are compared with the
+	// layout found at start (partition counts and topic IDs); a change
+	// ends the run, which starts again under the new layout (see
+	// Processor.Run). Default 2s.
+	TopologyInterval time.Duration
+
 	// SessionTimeout is the consumer group session timeout: how long a
 	// member that stopped heartbeating keeps its partitions. Zero keeps
 	// franz-go's default (45s).
@@ -137,14 +143,15 @@ type Config struct {
 
 // Defaults for Config fields left zero.
 const (
-	DefaultGroup          = "cohortgate"
-	DefaultPartitions     = 6
-	DefaultGrace          = 2 * time.Second
-	DefaultMaxFutureSkew  = 5 * time.Second
-	DefaultAlignInterval  = 10 * time.Millisecond
-	DefaultCommitInterval = 100 * time.Millisecond
-	DefaultHoldMaxBytes   = 16 << 20
-	DefaultMaxPollRecords = 10000
+	DefaultGroup            = "cohortgate"
+	DefaultPartitions       = 6
+	DefaultGrace            = 2 * time.Second
+	DefaultMaxFutureSkew    = 5 * time.Second
+	DefaultAlignInterval    = 10 * time.Millisecond
+	DefaultCommitInterval   = 100 * time.Millisecond
+	DefaultHoldMaxBytes     = 16 << 20
+	DefaultMaxPollRecords   = 10000
+	DefaultTopologyInterval = 2 * time.Second
 )
 
 // NoGrace, as Config.Grace, asks for no grace at all: a signal waits only
@@ -188,6 +195,9 @@ func (c *Config) EnsureDefaults() *Config {
 	}
 	if c.MaxPollRecords == 0 {
 		c.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if c.TopologyInterval == 0 {
+		c.TopologyInterval = DefaultTopologyInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -245,6 +255,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPollRecords < 1 {
 		bad("MaxPollRecords: %d must be at least 1", c.MaxPollRecords)
+	}
+	if c.TopologyInterval < time.Millisecond {
+		bad("TopologyInterval: %v must be at least 1ms", c.TopologyInterval)
 	}
 	return errors.Join(errs...)
 }

@@ -76,7 +76,7 @@ type alignView struct {
 	nowNs      int64 // the processor's clock, Config.Now, read once per pass
 	through    int64 // commands known applied through this wall-clock instant
 	known      bool  // through is set
-	assignedNs int64 // when the partition was assigned
+	assignedNs int64 // when the partition was assigned, or later: alignment.notBefore
 }
 
 // judge settles r, read from the input of route, as far as the gate

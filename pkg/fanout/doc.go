@@ -156,6 +156,7 @@
 // (TestReadingOrder holds the files to this list):
 //
 //   - processor.go: the Processor, its Run and the goroutines it owns;
+//   - topology.go: the watch on the topics' counts and IDs while running;
 //   - setup.go: connecting to Kafka, checking and creating the topics;
 //   - group.go: the consumer group's callbacks, claims made and dropped;
 //   - balancer.go: partition p of every route's input to one instance;
@@ -166,9 +167,12 @@
 //   - commands.go: the commands side, the applier;
 //   - handover.go: a partition's users restored from the changelog on
 //     an owner with no state for it;
+//   - migrate.go: after the commands' partition count grew, the commands
+//     of a partition's users that others held, re-published to it;
 //   - claim.go: what both sides share about one owned partition;
 //   - recover.go: late-leave windows recovered from the changelog, and
 //     the restore headers a read keeps for handover.go;
+//   - layout.go: the topics' layout the state depends on, and its changes;
 //   - align.go: alignment of signals with the commands, and the aligner;
 //   - forwarded.go: the signals a claim forwarded, for exact windows;
 //   - queue.go: a lane's queue of held signals;

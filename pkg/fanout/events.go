@@ -3,6 +3,7 @@ package fanout
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,18 @@ type EventListener struct {
 	// users from their changelog records, or replays its commands from
 	// offset 0 (and says why).
 	Handover func(HandoverInfo)
+	// Migrated: a partition's new owner re-published to it the commands
+	// of its users that other partitions held under an older partition
+	// count (migrate.go); its signals decide only after them.
+	Migrated func(MigratedInfo)
+	// MigrationWait: that re-publishing could not finish yet (a read or
+	// produce failed, or a tail is held by an open transaction); the
+	// partition's signals wait.
+	MigrationWait func(MigrationWaitInfo)
+	// TopologyChanged: the topics changed under the running processor (a
+	// partition count, a topic ID); the run ends, and starts again under
+	// the new layout.
+	TopologyChanged func(TopologyChangedInfo)
 	// Misrouted: a record was found outside its key's partition and
 	// re-published there.
 	Misrouted func(MisroutedInfo)
@@ -324,6 +337,48 @@ func (i SnapshotInfo) String() string {
 	return fmt.Sprintf("gate snapshot %s: %d members, %d bytes in %v", i.Path, i.Members, i.Bytes, i.Took)
 }
 
+// MigratedInfo is a partition's users' commands re-published to it from
+// other partitions after the commands' partition count changed.
+type MigratedInfo struct {
+	Partition   int32
+	Tails       int  // partitions read
+	Restored    bool // read from their judged offsets (the users were restored from the changelog); from 0 otherwise
+	Read        int  // commands read
+	Republished int  // of them, commands of the partition's users, re-published to it
+	Took        time.Duration
+}
+
+func (i MigratedInfo) String() string {
+	return fmt.Sprintf("partition %d: %d commands of its users re-published from %d other partitions (%d read) in %v",
+		i.Partition, i.Republished, i.Tails, i.Read, i.Took)
+}
+
+// MigrationWaitInfo is a re-publishing that could not finish yet.
+type MigrationWaitInfo struct {
+	Partition int32
+	Attempt   int // of the read, when it failed
+	Behind    int // partitions not read to their end yet, when it waits
+	Err       error
+}
+
+func (i MigrationWaitInfo) String() string {
+	return fmt.Sprintf("partition %d waits for the commands of its users in other partitions: %v", i.Partition, i.Err)
+}
+
+// TopologyChangedInfo is a change of the topics under a running
+// processor.
+type TopologyChangedInfo struct {
+	Changes []string
+	// Forgotten says the store's users were forgotten: the commands' or
+	// inputs' partition counts changed, and every partition is restored
+	// under the new ones.
+	Forgotten bool
+}
+
+func (i TopologyChangedInfo) String() string {
+	return "topics changed: " + strings.Join(i.Changes, "; ")
+}
+
 // EnsureDefaults fills every nil func with a no-op and returns l.
 func (l *EventListener) EnsureDefaults() *EventListener {
 	if l.PartitionsAssigned == nil {
@@ -352,6 +407,15 @@ func (l *EventListener) EnsureDefaults() *EventListener {
 	}
 	if l.Handover == nil {
 		l.Handover = func(HandoverInfo) {}
+	}
+	if l.Migrated == nil {
+		l.Migrated = func(MigratedInfo) {}
+	}
+	if l.MigrationWait == nil {
+		l.MigrationWait = func(MigrationWaitInfo) {}
+	}
+	if l.TopologyChanged == nil {
+		l.TopologyChanged = func(TopologyChangedInfo) {}
 	}
 	if l.Misrouted == nil {
 		l.Misrouted = func(MisroutedInfo) {}
@@ -389,6 +453,9 @@ func TeeEventListener(a, b EventListener) EventListener {
 		LateLeave:          func(i LateLeaveInfo) { a.LateLeave(i); b.LateLeave(i) },
 		WindowsRecovered:   func(i WindowsRecoveredInfo) { a.WindowsRecovered(i); b.WindowsRecovered(i) },
 		Handover:           func(i HandoverInfo) { a.Handover(i); b.Handover(i) },
+		Migrated:           func(i MigratedInfo) { a.Migrated(i); b.Migrated(i) },
+		MigrationWait:      func(i MigrationWaitInfo) { a.MigrationWait(i); b.MigrationWait(i) },
+		TopologyChanged:    func(i TopologyChangedInfo) { a.TopologyChanged(i); b.TopologyChanged(i) },
 		Misrouted:          func(i MisroutedInfo) { a.Misrouted(i); b.Misrouted(i) },
 		DeadLetter:         func(i DeadLetterInfo) { a.DeadLetter(i); b.DeadLetter(i) },
 		ProduceFailed:      func(i ProduceFailedInfo) { a.ProduceFailed(i); b.ProduceFailed(i) },
@@ -469,6 +536,19 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 				"commands_from", i.From, "read", i.Read.Round(time.Millisecond).String(),
 				"written", i.Written.Round(time.Millisecond).String(), "ingested", i.Ingested.Round(time.Millisecond).String(),
 				"gated", i.Gated.Round(time.Millisecond).String(), "took", i.Took.Round(time.Millisecond).String())
+		},
+		Migrated: func(i MigratedInfo) {
+			l.Info("partition's users' commands re-published from the partitions that held them under the old count",
+				"partition", i.Partition, "tails", i.Tails, "read", i.Read, "republished", i.Republished,
+				"from_judged", i.Restored, "took", i.Took.Round(time.Millisecond).String())
+		},
+		MigrationWait: func(i MigrationWaitInfo) {
+			l.Warn("partition waits for its users' commands in other partitions; its signals wait",
+				"partition", i.Partition, "attempt", i.Attempt, "behind", i.Behind, "err", i.Err)
+		},
+		TopologyChanged: func(i TopologyChangedInfo) {
+			l.Warn("topics changed; every partition stops forwarding and is taken again under the new layout",
+				"changes", strings.Join(i.Changes, "; "), "forgotten", i.Forgotten)
 		},
 		Misrouted: func(i MisroutedInfo) {
 			misroute.Lock()

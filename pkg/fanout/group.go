@@ -19,11 +19,17 @@ import (
 // callbacks run on franz-go's goroutines.
 type ownership struct {
 	cfg *Config
-	// changelogID is the changelog's topic ID as found at start.
-	changelogID string
-	store       Store
-	claims      *claims
-	cmds        *kgo.Client // the commands consumer
+	// layout is the topics' layout as found at start: its changelog ID
+	// and counts go into the claims' offset metadata.
+	layout layout
+	// migrating says this run started under other commands or input
+	// counts than the store's state was built under (the store was
+	// forgotten): partitions without metadata may hold commands of users
+	// that moved.
+	migrating bool
+	store     Store
+	claims    *claims
+	cmds      *kgo.Client // the commands consumer
 	// leaderEpoch is the commands partition's leader epoch in the commands
 	// client's metadata, -1 if not loaded: the kgo client keeps the newest
 	// it saw (an older one from a lagging broker is refused, up to five
@@ -32,6 +38,9 @@ type ownership struct {
 	adm         groupAdmin
 	ev          EventListener
 	halt        func(error)
+	// wake tells the commands side that claims wait to be prepared (see
+	// applier.prepare); nil in tests.
+	wake chan<- struct{}
 	// assignedOnce is set once the group has answered the current
 	// session with an assignment (perhaps empty) and its partitions are
 	// claimed: before it, the instance owns nothing only because it has
@@ -63,6 +72,12 @@ func (o *ownership) assigned(ctx context.Context, _ *kgo.Client, m map[string][]
 		return
 	}
 	o.cmds.AddConsumePartitions(map[string]map[int32]kgo.Offset{string(o.cfg.Topics.Commands): start})
+	if o.wake != nil {
+		select {
+		case o.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
 	o.ev.PartitionsAssigned(PartitionsInfo{Partitions: slices.Sorted(maps.Keys(start))})
 }
 
@@ -77,12 +92,25 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 	if err != nil {
 		return nil // stopping: the partitions stay unclaimed, their signals held
 	}
-	skipTo := o.unsafeCommandEnds(ctx)
+	mig := o.migration(seen)
+	var ends map[int32]int64
+	if len(mig.stale) > 0 || o.cfg.UnsafeSkipCommands {
+		if ends, err = o.commandEnds(ctx); err != nil {
+			return nil
+		}
+	}
 	now := o.cfg.Now().UnixNano()
 	start := make(map[int32]kgo.Offset, len(parts))
 	for _, part := range parts {
 		if o.claims.get(part) != nil {
 			continue // claimed with another input's partition
+		}
+		if n := o.layout.partitions(); n > 0 && part >= n {
+			// The group saw the inputs grow before the watcher did: the
+			// run ends, and the next one claims under the new count.
+			o.halt(&TopologyChangedError{Changes: []string{fmt.Sprintf(
+				"the group assigned partition %d, and the layout found at start has %d partitions", part, n)}})
+			return nil
 		}
 		checkpoint, hasCheckpoint, err := o.store.Checkpoint(string(o.cfg.Topics.Commands), part)
 		if err != nil {
@@ -90,7 +118,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			return nil
 		}
 		next := checkpoint
-		if end, ok := skipTo[part]; ok && end > next {
+		if end, ok := ends[part]; ok && end > next && o.cfg.UnsafeSkipCommands {
 			o.cfg.Logger.Warn("UNSAFE: skipping commands", "partition", part, "from", next, "to", end)
 			next = end
 		}
@@ -107,24 +135,140 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		if o.leaderEpoch != nil {
 			c.raiseEpoch(o.leaderEpoch(part))
 		}
-		c.changelogID = o.changelogID
+		o.layoutClaim(c, m, inherited, checkpoint, hasCheckpoint)
 		if inherited {
 			c.maxEventNs.Store(m.eventNs)
 			c.inheritedMaxNs = m.eventNs
 			c.judgedBelow = m.judged
-			if m.judged > 0 && m.changelogID != o.changelogID {
-				// Commands were judged with their records in another
-				// changelog (deleted and created again since), or in one
-				// not named: this one may lack users.
-				c.changelogID = noChangelogID
-			}
+		}
+		c.tails = mig.tailsOf(part, seen, ends)
+		if _, stale := mig.stale[part]; stale {
+			c.tailEnd = ends[part]
 		}
 		// UnsafeSkipCommands's control must forget the leaves: no restore.
-		c.restore = !hasCheckpoint && c.judgedBelow > 0 && !o.cfg.UnsafeSkipCommands
+		c.restore = !hasCheckpoint && (c.judgedBelow > 0 || len(c.tails) > 0) && !o.cfg.UnsafeSkipCommands
+		c.prepared.Store(!c.restore && len(c.tails) == 0)
 		o.claims.put(c)
 		start[part] = kgo.NoResetOffset().At(next)
 	}
 	return start
+}
+
+// layoutClaim sets what c's offset metadata says of the layout (see
+// offsetMeta), from the previous owners' metadata m (inherited false:
+// none).
+func (o *ownership) layoutClaim(c *claim, m committedMeta, inherited bool, checkpoint int64, hasCheckpoint bool) {
+	lay := o.layout
+	c.commandsID, c.layoutParts, c.inheritedParts = lay.Commands.ID, lay.partitions(), lay.partitions()
+	if inherited && m.commandsParts > 0 {
+		c.inheritedParts = m.commandsParts
+	}
+	c.changelogID = lay.Changelog.ID
+	switch {
+	case !inherited || m.judged == 0:
+		// Nothing judged: every command's record is written anew, under
+		// the changelog as it is.
+		c.changelogParts = lay.Changelog.Partitions
+	case m.changelogID != lay.Changelog.ID:
+		// Commands were judged with their records in another changelog
+		// (deleted and created again since), or in one not named: this
+		// one may lack users.
+		c.changelogID = noChangelogID
+	case m.changelogParts == lay.Changelog.Partitions, m.legacy && lay.Changelog.Partitions == lay.partitions():
+		c.changelogParts = lay.Changelog.Partitions
+		c.readSingle = true
+	}
+}
+
+// committedMeta is a partition's previous owners' offset metadata, as the
+// commands topic now is: metadata judged under a commands topic that no
+// longer exists (another ID) says nothing of its commands.
+type committedMeta = offsetMeta
+
+// migration is what the partitions' metadata says of a change of the
+// commands' partition count: which partitions may still hold commands,
+// read under the old count, of users that the new count gives to other
+// partitions.
+type migration struct {
+	// stale holds the partitions whose commands below their judged
+	// offset were last read under another count, or (when a change is
+	// known) that committed no metadata at all: each new owner of a
+	// partition re-publishes, before it forwards, the commands of its
+	// users that those still hold (migrate.go).
+	stale map[int32]struct{}
+}
+
+// migration finds the stale partitions of the layout in seen, the
+// metadata of every partition that has some.
+func (o *ownership) migration(seen map[int32]committedMeta) migration {
+	mig := migration{stale: make(map[int32]struct{})}
+	n := o.layout.partitions()
+	if n == 0 {
+		return mig // no layout known (tests of other things)
+	}
+	known := o.migrating
+	for part, m := range seen {
+		if m.commandsParts > 0 && m.commandsParts != n && m.judged > 0 {
+			mig.stale[part] = struct{}{}
+			known = true
+		}
+	}
+	if !known {
+		return mig
+	}
+	for part := range n {
+		if m, ok := seen[part]; !ok || m.commandsParts == 0 {
+			mig.stale[part] = struct{}{}
+		}
+	}
+	return mig
+}
+
+// tailsOf lists the commands of the stale partitions other than part that
+// its new owner must re-publish before it forwards: each from its judged
+// offset (below it, the users' changelog records hold them) to its end
+// now. Should the owner replay instead of restoring, it reads them from 0.
+func (mig migration) tailsOf(part int32, seen map[int32]committedMeta, ends map[int32]int64) []tail {
+	var out []tail
+	for p := range mig.stale {
+		if p == part {
+			continue
+		}
+		out = append(out, tail{partition: p, judged: seen[p].judged, end: ends[p]})
+	}
+	slices.SortFunc(out, func(a, b tail) int { return int(a.partition - b.partition) })
+	return out
+}
+
+// commandEnds lists the end offsets of the commands partitions, retrying
+// until it can or ctx ends.
+func (o *ownership) commandEnds(ctx context.Context) (map[int32]int64, error) {
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ends, err := o.adm.ListEndOffsets(ctx, string(o.cfg.Topics.Commands))
+		if err == nil {
+			out := make(map[int32]int64)
+			for part, off := range ends[string(o.cfg.Topics.Commands)] {
+				if off.Err == nil {
+					out[part] = off.Offset
+				}
+			}
+			return out, nil
+		}
+		if fatal := notAuthorized("listing "+string(o.cfg.Topics.Commands)+" end offsets", err); fatal != nil {
+			o.halt(fatal)
+			return nil, fatal
+		}
+		o.cfg.Logger.Warn("unable to list the commands' end offsets; the partitions wait", "attempt", attempt, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // revoked stops every use of the partitions: their claims go, so the
@@ -153,13 +297,6 @@ func (o *ownership) partitions(m map[string][]int32) []int32 {
 	}
 	slices.Sort(parts)
 	return slices.Compact(parts)
-}
-
-// committedMeta is what a partition's previous owner left in its offset
-// metadata; see claim.meta.
-type committedMeta struct {
-	eventNs, judged int64
-	changelogID     string
 }
 
 // committedMeta reads, from the group's committed offsets, the highest
@@ -212,39 +349,38 @@ func (o *ownership) readMeta(ctx context.Context) (map[int32]committedMeta, erro
 			if off.Metadata == "" {
 				continue
 			}
-			if ts, judged, id, err := parseMeta(off.Metadata); err == nil {
-				m, seen := out[part]
-				if !seen {
-					m = committedMeta{ts, judged, id}
-				}
-				if m.changelogID != id {
-					// Inputs disagree (one committed before the changelog
-					// changed): the changelog is not known.
-					id = noChangelogID
-				}
-				out[part] = committedMeta{max(m.eventNs, ts), max(m.judged, judged), id}
+			m, err := parseMeta(off.Metadata)
+			if err != nil {
+				continue
 			}
+			if m.commandsID != "" && o.layout.Commands.ID != "" && m.commandsID != o.layout.Commands.ID {
+				// Judged on a commands topic deleted since: its offsets
+				// and records say nothing of this one's commands.
+				m = committedMeta{eventNs: m.eventNs, changelogID: noChangelogID}
+			}
+			if old, seen := out[part]; seen {
+				m = mergeMeta(old, m)
+			}
+			out[part] = m
 		}
 	}
 	return out, nil
 }
 
-// unsafeCommandEnds returns the commands' end offsets when
-// UnsafeSkipCommands is set, and nothing otherwise.
-func (o *ownership) unsafeCommandEnds(ctx context.Context) map[int32]int64 {
-	out := make(map[int32]int64)
-	if !o.cfg.UnsafeSkipCommands {
-		return out
+// mergeMeta merges the metadata two inputs carry for one partition, each
+// as of the cycle that last committed it: every one was true when
+// committed and the event time and the judged offset only grow, so the
+// highest of each holds, with the layout of the newer; inputs that name
+// other changelogs (one committed before the changelog changed) leave it
+// unknown.
+func mergeMeta(a, b committedMeta) committedMeta {
+	newer := a
+	if b.judged > a.judged || b.judged == a.judged && b.commandsParts > a.commandsParts {
+		newer = b
 	}
-	ends, err := o.adm.ListEndOffsets(ctx, string(o.cfg.Topics.Commands))
-	if err != nil {
-		o.halt(fmt.Errorf("unable to list commands end offsets: %w", err))
-		return out
+	newer.eventNs = max(a.eventNs, b.eventNs)
+	if a.changelogID != b.changelogID {
+		newer.changelogID, newer.changelogParts = noChangelogID, 0
 	}
-	for part, off := range ends[string(o.cfg.Topics.Commands)] {
-		if off.Err == nil {
-			out[part] = off.Offset
-		}
-	}
-	return out
+	return newer
 }

@@ -2,7 +2,6 @@ package fanout
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -69,36 +68,6 @@ import (
 // together, membership.Import), before the gate learns it. The applier, which does
 // it, applies no other partition's commands meanwhile.
 
-// restoreHeaderVersion is the first byte of a restore header, followed by
-// the commands offset the record follows (u64 BE) and the user's dump.
-const restoreHeaderVersion = 1
-
-// appendRestoreHeader appends the head of a restore header for a record
-// following the command at offset; the dump follows.
-func appendRestoreHeader(dst []byte, offset int64) []byte {
-	dst = append(dst, restoreHeaderVersion)
-	return binary.BigEndian.AppendUint64(dst, uint64(offset))
-}
-
-// parseRestoreHeader splits a restore header.
-func parseRestoreHeader(h []byte) (offset int64, dump []byte, err error) {
-	if len(h) < 1+8 || h[0] != restoreHeaderVersion {
-		return 0, nil, fmt.Errorf("restore header of %d bytes, version %d", len(h), firstByte(h))
-	}
-	offset = int64(binary.BigEndian.Uint64(h[1:9]))
-	if offset < 0 {
-		return 0, nil, fmt.Errorf("restore header with offset %d", offset)
-	}
-	return offset, h[9:], nil
-}
-
-func firstByte(b []byte) int {
-	if len(b) == 0 {
-		return -1
-	}
-	return int(b[0])
-}
-
 // restoreWorkers is how many goroutines decode and write a restore's
 // users, each a range of them: the two cores a processor is sized for.
 const restoreWorkers = 2
@@ -131,7 +100,11 @@ type reflectedUser struct {
 // keeping the episodes and the reflected users; it stops at the first
 // header that does not decode (why), store failure (err), or when ctx
 // ends (why).
-func (p *restorePart) write(ctx context.Context, hs *restoreHeaders, judged int64, withoutIdentities bool) {
+//
+// parts is the commands' partition count now: a record that follows a
+// command applied under another count reflects no command of this
+// partition's log.
+func (p *restorePart) write(ctx context.Context, hs *restoreHeaders, parts int32, judged int64, withoutIdentities bool) {
 	var (
 		d    membership.Dump
 		meps []membership.Episode
@@ -141,7 +114,7 @@ func (p *restorePart) write(ctx context.Context, hs *restoreHeaders, judged int6
 			p.why = ctx.Err()
 			return
 		}
-		offset, raw, err := parseRestoreHeader(hs.header(ref))
+		follows, raw, err := parseRestoreHeader(hs.header(ref))
 		if err == nil {
 			err = d.Decode(raw)
 		}
@@ -159,8 +132,8 @@ func (p *restorePart) write(ctx context.Context, hs *restoreHeaders, judged int6
 			p.err = err
 			return
 		}
-		if offset >= judged {
-			p.reflected = append(p.reflected, reflectedUser{ref.user, offset})
+		if follows.parts == parts && follows.offset >= judged {
+			p.reflected = append(p.reflected, reflectedUser{ref.user, follows.offset})
 		}
 		if meps = d.Member.Episodes(meps[:0]); len(meps) > 0 {
 			p.users = append(p.users, ref.user)
@@ -185,36 +158,41 @@ func (p *restorePart) gate(g *gate.Map) error {
 // restorer restores claims from the changelog for the commands side,
 // which owns it.
 type restorer struct {
-	cfg   *Config
-	store Store
-	gate  *gate.Map
-	rec   *recoverer // its source reads the changelog
-	ev    EventListener
+	cfg *Config
+	// changelogParts and layoutParts are the changelog's and the
+	// commands' partition counts now: a restore reads one changelog
+	// partition only when the claim's users' records have been written
+	// under one count all along, equal to the commands' (readsAll).
+	changelogParts, layoutParts int32
+	store                       Store
+	gate                        *gate.Map
+	rec                         *recoverer // its source reads the changelog
+	ev                          EventListener
 	// seek moves the commands consumer of part to offset; nil in tests.
 	seek func(part int32, offset int64)
 }
 
 // handover restores claim c from the changelog if it can, and otherwise
-// leaves it to replay its commands from offset 0. end is the commands
-// partition's high watermark as its first fetch saw it. Only a store
-// failure is an error.
-func (a *restorer) handover(ctx context.Context, c *claim, end int64) error {
+// leaves it to replay its commands from offset 0; restored says which.
+// end is the commands partition's high watermark as last seen. Only a
+// store failure is an error.
+func (a *restorer) handover(ctx context.Context, c *claim, end int64) (restored bool, err error) {
 	start := time.Now()
 	info := HandoverInfo{Partition: c.partition, Source: "changelog", From: c.judgedBelow}
 	why, err := a.restore(ctx, c, end, &info)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if why != nil {
 		if ctx.Err() != nil {
-			return nil
+			return false, nil
 		}
 		a.ev.Handover(HandoverInfo{Partition: c.partition, Source: "replay", Reason: why})
-		return nil
+		return false, nil
 	}
 	info.Took = time.Since(start)
 	a.ev.Handover(info)
-	return nil
+	return true, nil
 }
 
 // restore restores claim c from the changelog, returning why not when it
@@ -235,7 +213,7 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 	}
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
-	view, err := a.rec.src.read(rctx, c.partition, true)
+	view, err := a.rec.src.read(rctx, readRequest{part: c.partition, latest: true, single: c.readSingle, note: c.note})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("unable to read the changelog: %w", err), nil
@@ -269,7 +247,7 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.write(ctx, view.restore, c.judgedBelow, a.cfg.UnsafeRestoreWithoutIdentities)
+			p.write(ctx, view.restore, a.layoutParts, c.judgedBelow, a.cfg.UnsafeRestoreWithoutIdentities)
 		}()
 	}
 	wg.Wait()

@@ -51,7 +51,7 @@ func BenchmarkRestore(b *testing.B) {
 			bt.Close()
 			bt = src.NewBatch()
 			for u := range uint64(users) {
-				h, err := bt.AppendDump(appendRestoreHeader(nil, int64(2*u+1)), u)
+				h, err := bt.AppendDump(appendRestoreHeader(nil, 1, int64(2*u+1)), u)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -29,7 +29,8 @@ type fakeChangelog struct {
 	err   error
 }
 
-func (f *fakeChangelog) read(_ context.Context, _ int32, latest bool) (changelogView, error) {
+func (f *fakeChangelog) read(_ context.Context, q readRequest) (changelogView, error) {
+	latest := q.latest
 	var v changelogView
 	if f.err != nil {
 		return v, f.err
@@ -78,7 +79,7 @@ func newHandoverRun(t *testing.T, src windowSource, mod func(*Config)) *handover
 	rec := &recoverer{src: src, store: store, ev: ev, log: cfg.Logger, topic: cfg.Topics.Changelog, skip: cfg.UnsafeNoWindowRecovery}
 	run.a = &applier{cfg: &cfg, store: store, gate: g, claims: &claims{}, outbox: &outbox{store: store},
 		ev: ev, partitions: 1, kp: newKeyPartition(), recover: rec,
-		handover: &restorer{cfg: &cfg, store: store, gate: g, rec: rec, ev: ev}}
+		handover: &restorer{cfg: &cfg, store: store, gate: g, rec: rec, ev: ev, layoutParts: 1}}
 	return run
 }
 
@@ -329,7 +330,7 @@ func corruptHeader(recs []*kgo.Record, user uint64) []*kgo.Record {
 		if string(out[i].Key) == fmt.Sprint(user) {
 			r := *out[i]
 			h := bytes.Clone(r.Headers[0].Value)
-			h[9] = 9 // the dump's version
+			h[13] = 9 // the dump's version, after the header's version, count and offset
 			r.Headers = []kgo.RecordHeader{{Key: topics.HeaderRestore, Value: h}}
 			out[i] = &r
 			break
@@ -339,8 +340,11 @@ func corruptHeader(recs []*kgo.Record, user uint64) []*kgo.Record {
 }
 
 // TestRestoreHeadersLatest: over several sorted runs, latest keeps each
-// user's last record in the order read, header or none, as a map written
-// in that order would.
+// user's record that follows the latest command (the highest commands
+// count, then offset; read order between equals), header or none, as a
+// map that keeps the greatest would. Records come in random order of the
+// commands they follow: read from several changelog partitions, a user's
+// records are not in the order of its commands.
 func TestRestoreHeadersLatest(t *testing.T) {
 	rng := rand.New(rand.NewPCG(16, 41))
 	for _, tc := range []struct {
@@ -355,16 +359,26 @@ func TestRestoreHeadersLatest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var hs restoreHeaders
-			want := make(map[uint64][]byte) // nil: no header
+			type rec struct {
+				h       []byte // nil: no header
+				follows restoreOrder
+			}
+			want := make(map[uint64]rec)
 			for i := range tc.records {
 				user := rng.Uint64N(tc.users)
-				h := []byte(fmt.Sprint("h", i))
+				r := rec{h: []byte(fmt.Sprint("h", i)),
+					follows: restoreOrder{parts: 1 + rng.Int32N(2), offset: rng.Int64N(50)}}
 				has := rng.IntN(10) > 0
 				if !has {
-					h = nil
+					r.h = nil
+					if rng.IntN(2) == 0 {
+						r.follows = latestOrder // a tombstone, or a record naming no command
+					}
 				}
-				hs.add(user, h, has)
-				want[user] = h
+				hs.add(user, r.h, has, r.follows)
+				if old, ok := want[user]; !ok || r.follows.compare(old.follows) >= 0 {
+					want[user] = r
+				}
 			}
 			refs, missing := hs.latest()
 			if len(refs) != len(want) {
@@ -375,7 +389,8 @@ func TestRestoreHeadersLatest(t *testing.T) {
 				if i > 0 && refs[i-1].user >= ref.user {
 					t.Fatalf("user %d after user %d", ref.user, refs[i-1].user)
 				}
-				w, ok := want[ref.user]
+				wr, ok := want[ref.user]
+				w := wr.h
 				switch {
 				case !ok:
 					t.Fatalf("user %d never read", ref.user)
@@ -410,7 +425,7 @@ func TestRestoreInPartsIsTheSource(t *testing.T) {
 	defer src.Close()
 	var recs []*kgo.Record
 	record := func(b *membership.Batch, u uint64, offset int64) {
-		h, err := b.AppendDump(appendRestoreHeader(nil, offset), u)
+		h, err := b.AppendDump(appendRestoreHeader(nil, 1, offset), u)
 		if err != nil {
 			t.Fatal(err)
 		}

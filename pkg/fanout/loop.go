@@ -253,7 +253,7 @@ func (l *loop) decideAll(ctx context.Context) {
 		}
 		c := pt.c
 		c.fwd.begin() // before any gate read of the pass: see forwarded
-		av := alignView{nowNs: now, assignedNs: c.assignedNs}
+		av := alignView{nowNs: now, assignedNs: c.notBefore()}
 		av.through, av.known = c.alignedThrough()
 		for route, ln := range pt.lanes {
 			for {

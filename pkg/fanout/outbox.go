@@ -164,6 +164,15 @@ func (o *outbox) add(items ...outboxItem) {
 	o.stored.Add(int64(len(items)))
 }
 
+// reset forgets every queued entry, before load queues the stored ones
+// again (a new run of the processor).
+func (o *outbox) reset() {
+	o.mu.Lock()
+	o.mu.pending = nil
+	o.mu.Unlock()
+	o.stored.Store(0)
+}
+
 // take removes and returns every pending entry.
 func (o *outbox) take() []outboxItem {
 	o.mu.Lock()

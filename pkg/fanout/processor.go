@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
@@ -35,6 +37,10 @@ type Processor struct {
 	joined    atomic.Bool // the group assigned the current session its partitions (ownership.assignedOnce)
 	held      atomic.Int64
 	heldBytes atomic.Int64
+
+	// betweenRuns says why Run is starting again (see Run), nil while a
+	// run is under way.
+	betweenRuns atomic.Pointer[string]
 
 	// run is the context of the current Run, nil before the first. Once
 	// it is done the processor is ending, halted or stopped, and not
@@ -105,6 +111,8 @@ type runContext struct{ ctx context.Context }
 func (p *Processor) Ready() (ok bool, why string) {
 	r := p.run.Load()
 	switch {
+	case p.betweenRuns.Load() != nil:
+		return false, *p.betweenRuns.Load()
 	case r == nil:
 		return false, "not started"
 	case r.ctx.Err() != nil:
@@ -148,6 +156,11 @@ type PartitionStatus struct {
 	OpenTransaction time.Duration
 	// Inputs are the partition of every route's input, in route order.
 	Inputs []InputStatus
+	// Waiting says what the partition waits for before it can catch up,
+	// when it waits for more than its commands: a restore from the
+	// changelog held by an open transaction, commands of its users in
+	// other partitions. Empty otherwise.
+	Waiting string
 }
 
 // InputStatus is an owned partition of one route's input.
@@ -164,7 +177,7 @@ func (p *Processor) Partitions() []PartitionStatus {
 	now := p.cfg.Now().UnixNano()
 	var out []PartitionStatus
 	for _, c := range p.claims.all() {
-		st := PartitionStatus{Partition: c.partition, CaughtUp: c.caughtUp.Load()}
+		st := PartitionStatus{Partition: c.partition, CaughtUp: c.caughtUp.Load(), Waiting: c.waiting()}
 		for i, in := range p.cfg.Topics.Inputs() {
 			st.Inputs = append(st.Inputs, InputStatus{Topic: string(in), Next: c.deciding[i].Load()})
 		}
@@ -204,10 +217,100 @@ func (p *Processor) Member(userID uint64) (topics.MemberRecord, error) {
 // Nothing else changes the gate or the store, and only the aligner marks a
 // partition caught up, so no signal is decided before the gate is whole.
 //
-// Run owns five goroutines and returns only after all have exited: the
-// restore, the signals loop (Run's own), the commands side, the aligner
-// and the watch on the store (a failure in Pebble's background halts Run).
+// When the topics change under it (a partition count, a topic ID: see
+// layout.go), a run ends with its partitions, and Run starts again under
+// the new layout; the change is reported to Config.EventListener.
+//
+// A change may take several steps (the commands grown, then each input):
+// after a change, a start that finds the inputs not co-partitioned with
+// the commands waits for them, not ready and saying why, and tries again
+// every TopologyInterval. At the first start it is an error.
 func (p *Processor) Run(ctx context.Context) error {
+	changed := false
+	for {
+		err := p.runOnce(ctx)
+		if ctx.Err() != nil {
+			return err
+		}
+		var topo *TopologyChangedError
+		var mismatch *PartitionMismatchError
+		switch {
+		case errors.As(err, &topo):
+			changed = true
+			p.ev.TopologyChanged(TopologyChangedInfo{Changes: topo.Changes})
+			p.setBetweenRuns("the topics changed (" + strings.Join(topo.Changes, "; ") +
+				"): every partition is taken again under the new layout")
+		case changed && errors.As(err, &mismatch):
+			p.setBetweenRuns("waiting for the topics to agree again: " + mismatch.Error())
+			p.cfg.Logger.Warn("the topics changed and do not agree yet; every partition waits", "err", mismatch)
+			if err := p.waitTopicsAgree(ctx); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+		p.restored.Store(false)
+		p.started.Store(false)
+		p.joined.Store(false)
+		p.outbox.reset()
+	}
+}
+
+// waitTopicsAgree waits until the inputs are co-partitioned with the
+// commands again, listing them every TopologyInterval: a run started
+// before would restore the gate only to find them still apart. It
+// returns nil when they agree or ctx ends, and an error that a run could
+// not go on from either (an authorization failure).
+func (p *Processor) waitTopicsAgree(ctx context.Context) error {
+	var lim limits
+	cl, err := kgo.NewClient(clientOpts(&p.cfg, &lim, "cohortgate-admin")...)
+	if err != nil {
+		return fmt.Errorf("unable to create admin client: %w", err)
+	}
+	defer cl.Close()
+	names := []string{string(p.cfg.Topics.Commands)}
+	for _, in := range p.cfg.Topics.Inputs() {
+		names = append(names, string(in))
+	}
+	t := time.NewTicker(p.cfg.TopologyInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		details, err := listTopics(ctx, cl, names)
+		if fatal := notAuthorized("listing the topics", err); fatal != nil {
+			return fatal
+		}
+		if err != nil || len(details) < len(names) {
+			continue // missing topics: the run says so, or creates them
+		}
+		if coPartitioned(p.cfg.Topics, details) == nil {
+			return nil
+		}
+	}
+}
+
+// setBetweenRuns says why the processor is not ready while Run starts
+// again; "" once a run is under way.
+func (p *Processor) setBetweenRuns(why string) {
+	if why == "" {
+		p.betweenRuns.Store(nil)
+		return
+	}
+	p.betweenRuns.Store(&why)
+}
+
+// runOnce is one run of the processor under the topics' layout as it
+// finds them, until ctx is done, a fatal error, or the topics change.
+//
+// It owns six goroutines and returns only after all have exited: the
+// restore, the signals loop (its own), the commands side, the aligner,
+// the topics' watcher and the watch on the store (a failure in Pebble's
+// background halts the run).
+func (p *Processor) runOnce(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	halt := func(err error) { cancel(err) }
@@ -254,6 +357,10 @@ func (p *Processor) Run(ctx context.Context) error {
 		return fail(err)
 	}
 	defer k.close()
+	forgotten, err := p.adoptLayout(k.layout, restored)
+	if err != nil {
+		return fail(err)
+	}
 	n, err := p.outbox.load()
 	if err != nil {
 		return fail(err)
@@ -280,25 +387,46 @@ func (p *Processor) Run(ctx context.Context) error {
 			return nil
 		}
 	})
+	run("topology", (&watcher{interval: p.cfg.TopologyInterval, found: k.layout, topics: p.cfg.Topics,
+		list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
+			return listTopics(ctx, k.admCl, names)
+		},
+		log: p.cfg.Logger}).run)
 	applierDone := make(chan struct{})
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 		skip: p.cfg.UnsafeNoWindowRecovery,
 		src: &changelogReader{cl: k.recov, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
 			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
 			kp: newKeyPartition(), log: p.cfg.Logger}}
+	commands := string(p.cfg.Topics.Commands)
+	wake := make(chan struct{}, 1)
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
 		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(), steps: p.m.stepTimer(), recover: rec,
+		wake: wake,
+		listEnd: func(ctx context.Context, part int32) (int64, error) {
+			ends, err := listEnds(ctx, k.admCl, commands, []int32{part}, isolationUncommitted)
+			if err != nil {
+				return 0, err
+			}
+			l, ok := ends[part]
+			if !ok {
+				return 0, fmt.Errorf("no end listed for %s partition %d", commands, part)
+			}
+			return l.end, nil
+		},
+		migrate: &migrator{cl: k.recov, prod: k.admCl, topic: commands, partitions: k.signalPartitions,
+			kp: newKeyPartition(), ev: p.ev, now: p.cfg.Now},
 		handover: &restorer{cfg: &p.cfg, store: p.store, gate: p.gate, rec: rec, ev: p.ev,
+			changelogParts: k.changelogPartitions, layoutParts: k.signalPartitions,
 			seek: func(part int32, offset int64) {
 				k.cmds.SetOffsets(map[string]map[int32]kgo.EpochOffset{
-					string(p.cfg.Topics.Commands): {part: {Epoch: -1, Offset: offset}},
+					commands: {part: {Epoch: -1, Offset: offset}},
 				})
 			}}}
 	run("commands", func(ctx context.Context) error {
 		defer close(applierDone)
 		return afterRestore(ap.run)(ctx)
 	})
-	commands := string(p.cfg.Topics.Commands)
 	al := &aligner{interval: p.cfg.AlignInterval, now: p.cfg.Now, topic: commands, lso: p.cfg.UnsafeObserveLSO,
 		suspectFor: suspectFor,
 		list: func(ctx context.Context, parts []int32, isolation int8) (map[int32]listed, error) {
@@ -323,14 +451,15 @@ func (p *Processor) Run(ctx context.Context) error {
 		ev: p.ev}
 	run("alignment", afterRestore(al.run))
 	p.started.Store(true)
-	own := &ownership{cfg: &p.cfg, changelogID: k.changelogID, store: p.store, claims: &p.claims, cmds: k.cmds,
+	p.setBetweenRuns("")
+	own := &ownership{cfg: &p.cfg, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, cmds: k.cmds,
 		leaderEpoch: func(part int32) int32 {
-			if _, epoch, err := k.cmds.PartitionLeader(string(p.cfg.Topics.Commands), part); err == nil {
+			if _, epoch, err := k.cmds.PartitionLeader(commands, part); err == nil {
 				return epoch
 			}
 			return -1
 		},
-		adm: k.adm, ev: p.ev, halt: halt,
+		adm: k.adm, ev: p.ev, halt: halt, wake: wake,
 		assignedOnce: &p.joined}
 	err = p.signals(ctx, k, own, applierDone, halt)
 	halt(err)
@@ -348,6 +477,49 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.ev.SnapshotSaved(info)
 	}
 	return nil
+}
+
+// adoptLayout makes the store's state one of the layout found: a store
+// built under other commands or input counts forgets its users and
+// checkpoints (once the gate's restore from it is over, and with the
+// gate), and reports it; a store built from a commands topic that no
+// longer exists is refused (CommandsRecreatedError). The layout is then
+// the store's label.
+func (p *Processor) adoptLayout(found layout, restored <-chan struct{}) (forgotten bool, err error) {
+	raw, ok, err := p.store.Label(layoutLabel)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		was, err := decodeLayout(raw)
+		if err != nil {
+			return false, err
+		}
+		if was.equal(found) {
+			return false, nil
+		}
+		if was.Commands.ID != "" && was.Commands.Name == found.Commands.Name && was.Commands.ID != found.Commands.ID {
+			return false, &CommandsRecreatedError{Topic: found.Commands.Name, StoreID: was.Commands.ID, Now: found.Commands.ID}
+		}
+		if was.countsDiffer(found) {
+			<-restored // the gate is read from the store until then
+			if err := p.store.Forget(); err != nil {
+				return false, fmt.Errorf("unable to forget the state of the old layout: %w", err)
+			}
+			p.gate.Clear()
+			forgotten = true
+			p.ev.TopologyChanged(TopologyChangedInfo{Changes: was.changes(found), Forgotten: true})
+		}
+	}
+	b := p.store.NewBatch()
+	defer b.Close()
+	if err := b.SetLabel(layoutLabel, found.encode()); err != nil {
+		return forgotten, err
+	}
+	if err := b.Commit(); err != nil {
+		return forgotten, fmt.Errorf("unable to record the topics' layout: %w", err)
+	}
+	return forgotten, nil
 }
 
 // signals runs the signals side, replacing its session whenever the

@@ -5,9 +5,11 @@ import (
 	"cmp"
 	"container/heap"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -36,7 +38,21 @@ import (
 // header and says whether the changelog may have lost records, for a
 // restore (handover.go).
 type windowSource interface {
-	read(ctx context.Context, part int32, latest bool) (changelogView, error)
+	read(ctx context.Context, q readRequest) (changelogView, error)
+}
+
+// readRequest is what a windowSource is asked to read.
+type readRequest struct {
+	part   int32 // the signals partition whose users' records are read
+	latest bool  // keep the latest restore header of each user, for a restore
+	// single says that every record of the partition's users is in the
+	// changelog partition their key gives under its present count (it
+	// never changed, as the claim's offset metadata says): only that one
+	// is read when the changelog has as many partitions as the commands.
+	single bool
+	// note says, for /v1/partitions, what the read waits for ("" once it
+	// no longer waits); nil when nobody listens.
+	note func(string)
 }
 
 type recoveryStats struct{ records, windows int }
@@ -86,7 +102,9 @@ type recoverer struct {
 // and rec, retrying until it succeeds or ctx ends: until then the
 // partition's commands wait (and with them its signals), which is the
 // fail-closed choice.
-func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery) error {
+//
+// single and note are those of readRequest.
+func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery, single bool, note func(string)) error {
 	rec.done = true
 	if r.skip {
 		r.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: part, Skipped: true})
@@ -99,7 +117,7 @@ func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery) erro
 	)
 	for attempt := 1; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
-		view, err = r.src.read(rctx, part, false)
+		view, err = r.src.read(rctx, readRequest{part: part, single: single, note: note})
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			break
@@ -216,31 +234,45 @@ type changelogReader struct {
 	log                 *slog.Logger
 }
 
-// read reads the changelog, read_committed, up to its last stable
-// offsets as they are now, and returns the late-leave windows of the users
-// of signals partition part, merged per leave: the latest
-// forwarded_through, exact only if every record said so. Every record of a
-// user counts, not only the latest: a record written by an owner that had
-// not recovered a window must not hide it. With latest, it also keeps each
-// user's latest restore header, and checks that the changelog keeps every
-// user's latest record: its cleanup.policy is compact alone, and no
-// partition read starts above offset 0.
-func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (_ changelogView, err error) {
+// read reads the changelog, read_committed, up to its high watermarks as
+// they are when it starts, and returns the late-leave windows of the
+// users of signals partition q.part, merged per leave: the latest
+// forwarded_through, exact only if every record said so. Every record of
+// a user counts, not only the latest: a record written by an owner that
+// had not recovered a window must not hide it. With q.latest, it also
+// keeps each user's latest restore header, and checks that the changelog
+// keeps every user's latest record: its cleanup.policy is compact alone,
+// and no partition read starts above offset 0.
+//
+// The high watermark, not the last stable offset: the records a previous
+// owner committed with its offset metadata may still be above the last
+// stable offset when a new owner reads (the transaction's markers reach
+// the changelog's partitions after the group's offsets commit, and
+// another transaction left open holds them), and a read that stopped
+// there would restore without them. The read waits until each partition's
+// last stable offset passes the end it started with, and says so
+// (q.note, and a warning every ten seconds).
+func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelogView, err error) {
 	var v changelogView
 	defer func() {
 		if err != nil && v.restore != nil {
 			v.restore.wait() // the restore that would have waited drops v
 		}
 	}()
+	note := q.note
+	if note == nil {
+		note = func(string) {}
+	}
+	defer note("")
 	topic := cr.topic
-	parts := []int32{part}
-	if cr.changelogPartitions != cr.signalPartitions {
+	parts := []int32{q.part}
+	if !q.single || cr.changelogPartitions != cr.signalPartitions {
 		parts = parts[:0]
 		for i := range cr.changelogPartitions {
 			parts = append(parts, i)
 		}
 	}
-	if latest {
+	if q.latest {
 		policy, err := cr.cleanupPolicy(ctx)
 		if err != nil {
 			return v, err
@@ -253,9 +285,13 @@ func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (_
 	if err != nil {
 		return v, fmt.Errorf("listing the changelog's start offsets: %w", err)
 	}
-	ends, err := cr.adm.ListCommittedOffsets(ctx, topic)
+	ends, err := cr.adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return v, fmt.Errorf("listing the changelog's end offsets: %w", err)
+	}
+	stable, err := cr.adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return v, fmt.Errorf("listing the changelog's last stable offsets: %w", err)
 	}
 	want := make(map[int32]int64) // partition → end still to reach
 	from := make(map[int32]kgo.Offset)
@@ -273,20 +309,47 @@ func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (_
 			from[p] = kgo.NewOffset().At(s.Offset)
 		}
 	}
-	v.start(latest)
+	var held []int32 // partitions an open transaction holds below their end
+	for p, end := range want {
+		if l, ok := stable.Lookup(topic, p); ok && l.Err == nil && l.Offset < end {
+			held = append(held, p)
+		}
+	}
+	slices.Sort(held)
+	started := time.Now()
+	waiting := func(what []int32) {
+		msg := fmt.Sprintf("reading changelog partitions %v to the end they had when the read began: "+
+			"a transaction open on them holds records committed before it (waited %v)", what, time.Since(started).Round(time.Second))
+		note(msg)
+		cr.log.Warn("the changelog read waits for an open transaction; the partition's signals wait",
+			"partition", q.part, "changelog_partitions", what, "waited", time.Since(started).Round(time.Second).String())
+	}
+	if len(held) > 0 {
+		waiting(held)
+	}
+	v.start(q.latest)
 	if len(want) > 0 {
 		cl := cr.cl
 		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
 		defer cl.RemoveConsumePartitions(map[string][]int32{topic: parts})
 		for len(want) > 0 {
-			fetches := cl.PollFetches(ctx)
+			pctx, cancel := context.WithTimeout(ctx, changelogWaitReport)
+			fetches := cl.PollFetches(pctx)
+			cancel()
 			if err := ctx.Err(); err != nil {
 				return v, fmt.Errorf("reading the changelog: %w (%d partitions not read to their end)", err, len(want))
 			}
 			var fetchErr error
-			fetches.EachError(func(_ string, _ int32, err error) { fetchErr = err })
+			fetches.EachError(func(_ string, _ int32, err error) {
+				if !errors.Is(err, context.DeadlineExceeded) {
+					fetchErr = err
+				}
+			})
 			if fetchErr != nil {
 				return v, fmt.Errorf("reading the changelog: %w", fetchErr)
+			}
+			if fetches.NumRecords() == 0 {
+				waiting(slices.Sorted(maps.Keys(want)))
 			}
 			fetches.EachRecord(func(r *kgo.Record) {
 				if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
@@ -296,7 +359,7 @@ func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (_
 					return
 				}
 				user, err := topics.ParseUserID(r.Key)
-				if err != nil || cr.kp.of(r.Key, cr.signalPartitions) != part {
+				if err != nil || cr.kp.of(r.Key, cr.signalPartitions) != q.part {
 					return
 				}
 				if err := v.add(user, r); err != nil {
@@ -309,6 +372,10 @@ func (cr *changelogReader) read(ctx context.Context, part int32, latest bool) (_
 	v.finish()
 	return v, nil
 }
+
+// changelogWaitReport is how long a changelog read goes without a record
+// before it says what it waits for.
+const changelogWaitReport = 10 * time.Second
 
 // start readies v to take records; latest as in windowSource.read.
 func (v *changelogView) start(latest bool) {
@@ -336,7 +403,13 @@ func (v *changelogView) add(user uint64, r *kgo.Record) error {
 				h, has = hd.Value, true
 			}
 		}
-		v.restore.add(user, h, has)
+		order := latestOrder
+		if follows, _, err := parseRestoreHeader(h); has && err == nil {
+			order = follows
+		} else if rec, err := topics.DecodeMemberRecord(r.Value); r.Value != nil && err == nil && rec.Command != nil {
+			order = restoreOrder{parts: rec.Command.Partitions, offset: rec.Command.Offset}
+		}
+		v.restore.add(user, h, has, order)
 	}
 	if bytes.Contains(r.Value, noWindows) {
 		return nil // no window to decode (most records)
@@ -394,6 +467,69 @@ func (cr *changelogReader) cleanupPolicy(ctx context.Context) (string, error) {
 	return "", errors.New("describing the changelog's configs: no cleanup.policy")
 }
 
+// restoreHeaderVersion is the first byte of a restore header, followed by
+// the commands' partition count and the offset of the command the record
+// follows (u32 BE, u64 BE) and the user's dump. Version 1 had no count.
+const restoreHeaderVersion = 2
+
+// restoreOrder is where the command a changelog record follows stands in
+// its user's commands: under which commands partition count, at which
+// offset of the user's partition under it. Counts only grow, and under
+// one count every command of a user is applied in one partition, so a
+// user's records compare by it in the order of the commands they follow,
+// whichever changelog partition they were read from and in which order.
+type restoreOrder struct {
+	parts  int32
+	offset int64
+}
+
+// latestOrder is the order of a record that follows no known command: a
+// tombstone, or a record that names none. It is taken as the user's
+// latest, so that it is never hidden by an older record with a restore
+// header: such a user makes a restore replay instead.
+var latestOrder = restoreOrder{parts: math.MaxInt32, offset: math.MaxInt64}
+
+func (o restoreOrder) compare(p restoreOrder) int {
+	if c := cmp.Compare(o.parts, p.parts); c != 0 {
+		return c
+	}
+	return cmp.Compare(o.offset, p.offset)
+}
+
+// appendRestoreHeader appends the head of a restore header for a record
+// following the command at offset, applied under parts commands
+// partitions; the dump follows.
+func appendRestoreHeader(dst []byte, parts int32, offset int64) []byte {
+	dst = append(dst, restoreHeaderVersion)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(parts))
+	return binary.BigEndian.AppendUint64(dst, uint64(offset))
+}
+
+// parseRestoreHeader splits a restore header. A version-1 header reads
+// with a count of 0: it precedes every record of this version.
+func parseRestoreHeader(h []byte) (follows restoreOrder, dump []byte, err error) {
+	switch {
+	case len(h) >= 1+8 && h[0] == 1:
+		follows.offset, dump = int64(binary.BigEndian.Uint64(h[1:9])), h[9:]
+	case len(h) >= 1+4+8 && h[0] == restoreHeaderVersion:
+		follows.parts = int32(binary.BigEndian.Uint32(h[1:5]))
+		follows.offset, dump = int64(binary.BigEndian.Uint64(h[5:13])), h[13:]
+	default:
+		return restoreOrder{}, nil, fmt.Errorf("restore header of %d bytes, version %d", len(h), firstByte(h))
+	}
+	if follows.offset < 0 || follows.parts < 0 {
+		return restoreOrder{}, nil, fmt.Errorf("restore header following offset %d under %d partitions", follows.offset, follows.parts)
+	}
+	return follows, dump, nil
+}
+
+func firstByte(b []byte) int {
+	if len(b) == 0 {
+		return -1
+	}
+	return int(b[0])
+}
+
 // restoreHeaders keeps the restore headers of the changelog records read,
 // in the order read, for a restore to take each user's latest
 // (latest). A partition of a million users is two million records when
@@ -415,16 +551,22 @@ type restoreHeaders struct {
 
 // headerRef is where a record's restore header is in the arena.
 type headerRef struct {
-	user  uint64
-	seq   uint32 // the record's place in the order read
-	chunk uint32
-	at    uint32
-	n     int32 // the header's length; -1 for a record without one
+	user    uint64
+	follows restoreOrder // the command the record follows
+	seq     uint32       // the record's place in the order read
+	chunk   uint32
+	at      uint32
+	n       int32 // the header's length; -1 for a record without one
 }
 
-// compareRefs orders refs by user, then in the order read.
+// compareRefs orders refs by user, then by the commands they follow,
+// then in the order read: a user's latest record is the one that follows
+// its latest command, whatever changelog partition it was read from.
 func compareRefs(a, b headerRef) int {
 	if c := cmp.Compare(a.user, b.user); c != 0 {
+		return c
+	}
+	if c := a.follows.compare(b.follows); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.seq, b.seq)
@@ -440,8 +582,9 @@ const (
 	headerRun = 1 << 18
 )
 
-// add appends user's record's header h (has false: the record has none).
-func (hs *restoreHeaders) add(user uint64, h []byte, has bool) {
+// add appends user's record's header h (has false: the record has none),
+// which follows the command follows names.
+func (hs *restoreHeaders) add(user uint64, h []byte, has bool, follows restoreOrder) {
 	if hs.err != nil {
 		return
 	}
@@ -449,7 +592,7 @@ func (hs *restoreHeaders) add(user uint64, h []byte, has bool) {
 		hs.err = fmt.Errorf("more than %d changelog records, or a restore header of %d bytes", math.MaxUint32, len(h))
 		return
 	}
-	ref := headerRef{user: user, seq: uint32(hs.n), n: -1}
+	ref := headerRef{user: user, follows: follows, seq: uint32(hs.n), n: -1}
 	if has {
 		last := len(hs.chunks) - 1
 		if last < 0 || len(hs.chunks[last])+len(h) > cap(hs.chunks[last]) {

@@ -67,7 +67,7 @@ type kafka struct {
 
 	signalPartitions    int32 // of both input topics
 	changelogPartitions int32
-	changelogID         string // the changelog's topic ID, as found at start
+	layout              layout // the topics as found at start
 	lim                 limits
 }
 
@@ -91,9 +91,9 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 		k.adm.Close()
 		return nil, err
 	}
-	k.signalPartitions = int32(len(details[string(cfg.Topics.Signals)].Partitions))
-	k.changelogPartitions = int32(len(details[string(cfg.Topics.Changelog)].Partitions))
-	k.changelogID = details[string(cfg.Topics.Changelog)].ID.String()
+	k.layout = layoutOf(cfg.Topics, details)
+	k.signalPartitions = k.layout.partitions()
+	k.changelogPartitions = k.layout.Changelog.Partitions
 	if *lim, err = readLimits(ctx, k.adm, cfg.Topics); err != nil {
 		k.adm.Close()
 		return nil, err
@@ -117,6 +117,19 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 		return nil, fmt.Errorf("unable to create changelog reader: %w", err)
 	}
 	return k, nil
+}
+
+// layoutOf is the layout of the topics of set as details describe them.
+func layoutOf(set topics.Set, details kadm.TopicDetails) layout {
+	shape := func(t topics.Topic) topicShape {
+		d := details[string(t)]
+		return topicShape{Name: string(t), ID: d.ID.String(), Partitions: int32(len(d.Partitions))}
+	}
+	l := layout{Commands: shape(set.Commands), Changelog: shape(set.Changelog)}
+	for _, in := range set.Inputs() {
+		l.Inputs = append(l.Inputs, shape(in))
+	}
+	return l
 }
 
 // clientOpts are the options of every client the processor makes. lim is
@@ -218,17 +231,27 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, cfg Config, log interface
 			return nil, err
 		}
 	}
-	nc := len(details[string(cfg.Topics.Commands)].Partitions)
-	mismatch := &PartitionMismatchError{Commands: cfg.Topics.Commands, CommandPartitions: nc}
-	for _, in := range cfg.Topics.Inputs() {
+	if err := coPartitioned(cfg.Topics, details); err != nil {
+		return nil, err
+	}
+	return details, nil
+}
+
+// coPartitioned returns a *PartitionMismatchError when an input of set
+// has another partition count than the commands, as details describe
+// them, and nil otherwise.
+func coPartitioned(set topics.Set, details kadm.TopicDetails) error {
+	nc := len(details[string(set.Commands)].Partitions)
+	mismatch := &PartitionMismatchError{Commands: set.Commands, CommandPartitions: nc}
+	for _, in := range set.Inputs() {
 		if n := len(details[string(in)].Partitions); n != nc {
 			mismatch.Inputs = append(mismatch.Inputs, TopicPartitions{Topic: in, Partitions: n})
 		}
 	}
 	if len(mismatch.Inputs) > 0 {
-		return nil, mismatch
+		return mismatch
 	}
-	return details, nil
+	return nil
 }
 
 // listTopics returns the existing topics among names; a name that does not

@@ -15,6 +15,8 @@ type Store interface {
 	Checkpoints(topic string) (map[int32]int64, error)
 	Restore(ctx context.Context, fn func(membership.Member) error) (membership.RestoreStats, error)
 	Member(userID uint64) (membership.Member, error)
+	Label(name string) (value []byte, ok bool, err error)
+	Forget() error
 	Outbox(fn func(seq uint64, value []byte) error) error
 	DeleteOutbox(through uint64) error
 	// Failed is closed once the store has failed, Err says how: a failure

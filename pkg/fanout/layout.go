@@ -1,0 +1,150 @@
+package fanout
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The partition counts and topic IDs of the commands, the routes' inputs
+// and the changelog are part of the state: a user's commands are in
+// partition murmur2(user) mod the commands' count, its signals in the same
+// partition of every input, its changelog records in murmur2(user) mod the
+// changelog's count. State built under one layout is never used under
+// another.
+//
+//   - The store keeps the layout it was built under (a label written at
+//     start). A start under other commands or input counts forgets the
+//     store's users and checkpoints (membership.Store.Forget): every
+//     partition is then restored under the new counts, from the changelog
+//     and the commands, as an owner with an empty store is (handover.go).
+//   - The commands topic deleted and created again (another ID under the
+//     same name) halts the processor at start (CommandsRecreatedError): the
+//     store reflects commands that are gone.
+//   - While running, a watcher (topology.go) compares the topics with the
+//     layout found at start; any change of a count or ID ends the run
+//     (TopologyChangedError), and Run starts again under the new layout.
+//   - Offset metadata carries, per partition, the commands count under
+//     which its commands were last read and the changelog count its users'
+//     records were written under (claim.meta): a new owner knows whether a
+//     restore may read one changelog partition, and which partitions still
+//     hold commands of the old layout whose users moved (their tails are
+//     re-published to the partitions that own them now, before any
+//     signal of those is decided: see migration in group.go).
+
+// topicShape is one topic as the layout records it.
+type topicShape struct {
+	Name       string `json:"name"`
+	ID         string `json:"id"`
+	Partitions int32  `json:"partitions"`
+}
+
+// layout is the shape of every topic the state depends on.
+type layout struct {
+	Commands  topicShape   `json:"commands"`
+	Inputs    []topicShape `json:"inputs"` // in route order
+	Changelog topicShape   `json:"changelog"`
+}
+
+// layoutLabel is the store label the layout is kept under.
+const layoutLabel = "layout"
+
+func (l layout) encode() []byte {
+	b, err := json.Marshal(l)
+	if err != nil {
+		panic(fmt.Sprintf("fanout: encoding the layout: %v", err)) // strings and integers only
+	}
+	return b
+}
+
+func decodeLayout(b []byte) (layout, error) {
+	var l layout
+	if err := json.Unmarshal(b, &l); err != nil {
+		return layout{}, fmt.Errorf("the store's layout label %q does not decode: %w", b, err)
+	}
+	return l, nil
+}
+
+// partitions is the commands' partition count, that of every input too.
+func (l layout) partitions() int32 { return l.Commands.Partitions }
+
+// countsDiffer reports whether state built under l holds users in other
+// partitions than it would under o: the commands' or an input's partition
+// count differs, or the inputs are other topics.
+func (l layout) countsDiffer(o layout) bool {
+	if l.Commands.Partitions != o.Commands.Partitions || len(l.Inputs) != len(o.Inputs) {
+		return true
+	}
+	for i := range l.Inputs {
+		if l.Inputs[i].Name != o.Inputs[i].Name || l.Inputs[i].Partitions != o.Inputs[i].Partitions {
+			return true
+		}
+	}
+	return false
+}
+
+// changes lists, for a person, how o differs from l, one item a change.
+func (l layout) changes(o layout) []string {
+	var out []string
+	shape := func(role string, a, b topicShape) {
+		switch {
+		case a.Name != b.Name:
+			out = append(out, fmt.Sprintf("%s: %s is now %s", role, a.Name, b.Name))
+		case a.ID != b.ID:
+			out = append(out, fmt.Sprintf("%s %s was deleted and created again (topic ID %s, now %s)", role, a.Name, a.ID, b.ID))
+		}
+		if a.Name == b.Name && a.Partitions != b.Partitions {
+			out = append(out, fmt.Sprintf("%s %s has %d partitions, %d before", role, a.Name, b.Partitions, a.Partitions))
+		}
+	}
+	shape("commands topic", l.Commands, o.Commands)
+	shape("changelog", l.Changelog, o.Changelog)
+	for i := range max(len(l.Inputs), len(o.Inputs)) {
+		switch {
+		case i >= len(o.Inputs):
+			out = append(out, fmt.Sprintf("input %s is no longer routed", l.Inputs[i].Name))
+		case i >= len(l.Inputs):
+			out = append(out, fmt.Sprintf("input %s is routed now", o.Inputs[i].Name))
+		default:
+			shape("input", l.Inputs[i], o.Inputs[i])
+		}
+	}
+	return out
+}
+
+// equal reports whether o is l.
+func (l layout) equal(o layout) bool {
+	return l.Commands == o.Commands && l.Changelog == o.Changelog && slices.Equal(l.Inputs, o.Inputs)
+}
+
+// TopologyChangedError ends a run whose topics changed under it: a
+// partition count grew, or a topic was deleted and created again. Run
+// starts again under the new layout (after forgetting the store's users
+// when the commands' or inputs' counts changed), so the caller sees it
+// only when that cannot be done. Meanwhile no signal is decided.
+type TopologyChangedError struct {
+	// Changes says what changed, one item a change.
+	Changes []string
+}
+
+func (e *TopologyChangedError) Error() string {
+	return "the topics changed under the running processor: " + strings.Join(e.Changes, "; ") +
+		"; every partition stops forwarding and is restored under the new layout"
+}
+
+// CommandsRecreatedError halts a start whose store was built from a
+// commands topic that no longer exists: one of the same name was created
+// since (another topic ID). The store's state reflects commands that are
+// gone, and its checkpoints offsets of the old log.
+type CommandsRecreatedError struct {
+	Topic        string
+	StoreID, Now string // the topic IDs the store was built from, and found now
+}
+
+func (e *CommandsRecreatedError) Error() string {
+	return fmt.Sprintf("commands topic %s was deleted and created again (topic ID %s when this data directory's state "+
+		"was built, %s now): the state reflects commands that are gone. Way out: if the new topic holds the commands "+
+		"that count, stop every processor and start each one with an empty data directory (the state is rebuilt from "+
+		"the new topic, from offset 0); otherwise restore the old topic", e.Topic, e.StoreID, e.Now)
+}

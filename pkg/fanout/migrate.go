@@ -1,0 +1,168 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// When the commands' partition count grows from n to m, most users'
+// commands belong to another partition than the one they were written
+// to: murmur2(user) mod m is not murmur2(user) mod n. A replay under m
+// finds each of them misrouted and re-publishes it to its user's
+// partition (rule C2), where it is applied in the order it lands. So the
+// state under m is rebuilt the same way:
+//
+//   - every partition's users are restored from the changelog, whatever
+//     partition their records are in (handover.go): the state as of every
+//     command below the judged offset of the partition it was written to;
+//   - each partition's new owner reads, before it forwards, the commands
+//     of every other partition that were not read under m yet (a tail:
+//     from that partition's judged offset, or from 0 when the new owner
+//     replays instead of restoring, to its end when the partition was
+//     claimed) and re-publishes, acknowledged, the ones of its own users;
+//   - its signals then wait for an observation of its commands sent after
+//     those copies were acknowledged, and for the commands below it
+//     applied (alignment.readyAfterNs): no signal of a user whose leave
+//     was in another partition is decided before the leave is applied.
+//
+// The owner of the partition a command was found in re-publishes it too,
+// by rule C2, when it reads it: every copy after the first changes
+// nothing (rule C5). A partition's offset metadata names the new count
+// once its own tail was read under it (claim.meta): later owners skip it.
+
+// migrator re-publishes a claim's users' commands from the tails of other
+// partitions. The commands side owns it and uses it for one claim at a
+// time.
+type migrator struct {
+	cl         *kgo.Client // reads the commands partitions: the changelog reader's client, idle meanwhile
+	prod       *kgo.Client // produces the copies, acknowledged
+	topic      string
+	partitions int32 // the commands' count now
+	kp         keyPartition
+	ev         EventListener
+	now        func() time.Time
+}
+
+// migrateChunk is how many copies are produced at once.
+const migrateChunk = 1024
+
+// migrate re-publishes to c's partition every command of its users in
+// c's tails, each read from its judged offset (from 0 when c was not
+// restored from the changelog), and has c's signals wait for an
+// observation sent after the copies were acknowledged. It retries until
+// it succeeds or ctx ends: until then the partition's signals wait.
+func (m *migrator) migrate(ctx context.Context, c *claim, restored bool) error {
+	start := time.Now()
+	info := MigratedInfo{Partition: c.partition, Tails: len(c.tails), Restored: restored}
+	for attempt := 1; ; attempt++ {
+		read, copied, err := m.once(ctx, c, restored)
+		if err == nil {
+			info.Read, info.Republished = read, copied
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if fatal := notAuthorized("re-publishing the commands of users that moved to partition "+fmt.Sprint(c.partition), err); fatal != nil {
+			return fatal
+		}
+		m.ev.MigrationWait(MigrationWaitInfo{Partition: c.partition, Attempt: attempt, Err: err})
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(min(time.Duration(attempt)*time.Second, 10*time.Second)):
+		}
+	}
+	c.readyAfterNs.Store(m.now().UnixNano())
+	info.Took = time.Since(start)
+	m.ev.Migrated(info)
+	return nil
+}
+
+// once reads c's tails and re-publishes the commands of c's users in
+// them, returning how many records it read and copied.
+func (m *migrator) once(ctx context.Context, c *claim, restored bool) (read, copied int, err error) {
+	from := make(map[int32]kgo.Offset)
+	want := make(map[int32]int64)
+	var parts []int32
+	for _, t := range c.tails {
+		lo := t.judged
+		if !restored {
+			lo = 0
+		}
+		if t.end > lo {
+			from[t.partition] = kgo.NewOffset().At(lo)
+			want[t.partition] = t.end
+			parts = append(parts, t.partition)
+		}
+	}
+	if len(want) == 0 {
+		return 0, 0, nil
+	}
+	m.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{m.topic: from})
+	defer m.cl.RemoveConsumePartitions(map[string][]int32{m.topic: parts})
+	var pending []*kgo.Record
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		if err := m.prod.ProduceSync(ctx, pending...).FirstErr(); err != nil {
+			return fmt.Errorf("re-publishing %d commands: %w", len(pending), err)
+		}
+		copied += len(pending)
+		pending = pending[:0]
+		return nil
+	}
+	for len(want) > 0 {
+		// A transaction left open on a tail holds it below its end: the
+		// read waits (the partition's signals with it) and says so.
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		fetches := m.cl.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return read, copied, err
+		}
+		var fetchErr error
+		fetches.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				fetchErr = err
+			}
+		})
+		if fetchErr != nil {
+			return read, copied, fetchErr
+		}
+		if fetches.NumRecords() == 0 {
+			m.ev.MigrationWait(MigrationWaitInfo{Partition: c.partition, Behind: len(want),
+				Err: errors.New("no commands read for 10s: a tail may be held by an open transaction")})
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			end, ok := want[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if r.Offset+1 >= end {
+				delete(want, r.Partition)
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			read++
+			if _, err := topics.ParseUserID(r.Key); err != nil || m.kp.of(r.Key, m.partitions) != c.partition {
+				return // not a command of this partition's users: its own owner settles it
+			}
+			pending = append(pending, republishRecord(r, c.partition))
+		})
+		if len(pending) >= migrateChunk {
+			if err := flush(); err != nil {
+				return read, copied, err
+			}
+		}
+	}
+	return read, copied, flush()
+}
