@@ -180,8 +180,15 @@ func (a *alignment) through(applied, notBefore int64) (ns int64, ok bool) {
 
 // alignedThrough returns the wall-clock instant through which the
 // partition's commands are known applied, since its assignment: a held
-// signal whose deadline is at or before it may be decided.
+// signal whose deadline is at or before it may be decided. Nothing is
+// known before the claim is prepared: until its users are restored and
+// the commands of other partitions re-published, the gate lacks them,
+// however far its own commands partition was applied (an empty one is
+// applied through its end at once).
 func (a *alignment) alignedThrough() (ns int64, ok bool) {
+	if !a.prepared.Load() {
+		return 0, false
+	}
 	return a.through(a.applied.Load(), a.notBefore())
 }
 
