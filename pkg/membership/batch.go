@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -49,19 +50,28 @@ func (b *Batch) Rejoin(userID, atNs uint64) (Change, error) {
 	return b.Apply(Command{Op: OpRejoin, UserID: userID, AtNs: atNs})
 }
 
+// IdentityWindow is how many command identities the store keeps per
+// user: those of the user's last IdentityWindow commands applied or
+// refused. It bounds what a user costs, whatever arrives: a service that
+// re-sends a user's leave for ever with fresh request ids keeps at most
+// this many. A re-delivery is recognised while its identity is in the
+// window; an older one is taken as a new command.
+const IdentityWindow = 64
+
 // Apply adds c to the batch and returns what it does, given the store's
 // committed state and the batch's earlier commands. Nothing is durable
 // before Commit.
 //
-// A command whose identity (all of c's fields) was applied to the user
-// before, in this batch or any committed one, is a duplicate: it changes
-// nothing (Change.Duplicate), whatever happened since. Every other command
-// is remembered, so that it is a duplicate when it comes again. A rejoin
-// before the open boundary changes nothing and returns an error wrapping
-// ErrRejoinBeforeLeave, but it is remembered all the same (so that, come
-// again, it is a duplicate rather than an error): the batch stays usable
-// and committing it records that the command was seen. Any other error
-// leaves the batch as it was.
+// A command whose identity (all of c's fields) is among the user's last
+// IdentityWindow identities, in this batch or any committed one, is a
+// duplicate: it changes nothing (Change.Duplicate), whatever happened
+// since; a duplicate of a refused command is refused again, with an error
+// wrapping ErrRejoinBeforeLeave. Every other command is remembered, the
+// oldest identity of a full window forgotten, so that it is a duplicate
+// when it comes again. A rejoin before the open boundary changes nothing
+// and returns an error wrapping ErrRejoinBeforeLeave, but it is remembered
+// all the same: the batch stays usable and committing it records that the
+// command was refused. Any other error leaves the batch as it was.
 func (b *Batch) Apply(c Command) (_ Change, err error) {
 	if err := b.claim(c.UserID); err != nil {
 		return Change{}, err
@@ -72,10 +82,18 @@ func (b *Batch) Apply(c Command) (_ Change, err error) {
 		return Change{}, b.s.storageErr(fmt.Sprintf("read user %d", c.UserID), err)
 	}
 	idKey := appendIdentityKey(b.keyBuf[:0], c)
-	switch _, closer, err := b.pb.Get(idKey); {
+	switch v, closer, err := b.pb.Get(idKey); {
 	case err == nil:
+		_, refused, derr := decodeIdentityValue(v)
 		closer.Close()
+		if derr != nil {
+			return Change{}, b.s.storageErr(fmt.Sprintf("read identity of %v of user %d at %d", c.Op, c.UserID, c.AtNs), corruptf(idKey, "%v", derr))
+		}
 		b.n++
+		if refused {
+			return Change{Before: before, After: before, Duplicate: true},
+				fmt.Errorf("%w: user %d: the rejoin at %d was refused before", ErrRejoinBeforeLeave, c.UserID, c.AtNs)
+		}
 		return Change{Before: before, After: before, Duplicate: true}, nil
 	case !errors.Is(err, pebble.ErrNotFound):
 		return Change{}, b.s.storageErr(fmt.Sprintf("read identity of %v of user %d at %d", c.Op, c.UserID, c.AtNs), err)
@@ -89,15 +107,66 @@ func (b *Batch) Apply(c Command) (_ Change, err error) {
 			return Change{}, fmt.Errorf("membership: %v user %d at %d: %w", c.Op, c.UserID, c.AtNs, err)
 		}
 	}
-	// write reused keyBuf: the identity key is made again.
-	if err := b.pb.Set(appendIdentityKey(b.keyBuf[:0], c), nil, nil); err != nil {
-		return Change{}, fmt.Errorf("membership: remember %v of user %d at %d: %w", c.Op, c.UserID, c.AtNs, err)
+	if err := b.remember(c, refused != nil); err != nil {
+		// Its reads of the user's identities can fail as any read.
+		return Change{}, b.s.storageErr(fmt.Sprintf("remember %v of user %d at %d", c.Op, c.UserID, c.AtNs), err)
 	}
 	b.n++
 	if refused != nil {
 		return Change{Before: before, After: before}, refused
 	}
 	return ch, nil
+}
+
+// remember writes c's identity as the user's newest, and forgets the
+// oldest ones beyond IdentityWindow. The user holds at most
+// IdentityWindow identities before the write (legacy stores excepted:
+// they shrink to the window on the first command), so the scan is short.
+func (b *Batch) remember(c Command, refused bool) error {
+	lower, upper := identityBounds(c.UserID)
+	it, err := b.pb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	type held struct {
+		seq uint64
+		key []byte
+	}
+	var ids []held
+	var next uint64
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			break // reported by it.Close
+		}
+		seq, _, err := decodeIdentityValue(v)
+		if err != nil {
+			_ = it.Close()
+			return corruptf(it.Key(), "%v", err)
+		}
+		ids = append(ids, held{seq, slices.Clone(it.Key())})
+		next = max(next, seq+1)
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if drop := len(ids) - (IdentityWindow - 1); drop > 0 {
+		// Oldest first; legacy identities (all seq 0) by key, which is
+		// deterministic, so a replay forgets the same ones.
+		slices.SortFunc(ids, func(x, y held) int {
+			if c := cmp.Compare(x.seq, y.seq); c != 0 {
+				return c
+			}
+			return bytes.Compare(x.key, y.key)
+		})
+		for _, h := range ids[:drop] {
+			if err := b.pb.Delete(h.key, nil); err != nil {
+				return err
+			}
+		}
+	}
+	var val [identityValueLen]byte
+	return b.pb.Set(appendIdentityKey(b.keyBuf[:0], c), appendIdentityValue(val[:0], next, refused), nil)
 }
 
 // usable reports why the batch cannot take another call.

@@ -28,11 +28,16 @@
 // # Commands and their identity
 //
 // A [Command] is an op, a user, a boundary and an optional request id; all
-// four are its identity. The store remembers the identity of every command
-// it applied (or refused), and a command whose identity it has seen for the
-// user is a duplicate: it changes nothing, whatever happened in between. So
-// a command delivered again (a producer's retry, a re-published record) can
-// never reopen a leave after a rejoin, or close one after a later leave.
+// four are its identity. The store remembers the identities of the user's
+// last [IdentityWindow] commands applied (or refused), and a command whose
+// identity it remembers for the user is a duplicate: it changes nothing,
+// whatever happened in between, and one that was refused is refused again.
+// So a command delivered again (a producer's retry, a re-published record)
+// can never reopen a leave after a rejoin, or close one after a later
+// leave, while it is in the window. The window bounds a user's records by
+// its episodes, not by the commands that arrived: the oldest identity is
+// forgotten first, and a command delivered again after it was forgotten
+// is a new command.
 //
 // A leave's boundary is first raised to the end of the user's last closed
 // episode, if it is earlier: history is never rewritten. Then an Active user
@@ -58,7 +63,8 @@
 //   - History is append-only, except that an empty last episode is taken
 //     out by a leave that reopens it.
 //   - A duplicate writes no byte. A leave or rejoin that changes no state
-//     writes only its identity.
+//     writes only its identity (and forgets the oldest, if the window was
+//     full). A user holds at most [IdentityWindow] identities.
 //   - A user's state and the checkpoint of the command that produced it are
 //     committed in one Pebble batch ([Batch]), so after a crash either both
 //     or neither are present. So are the identities, late-leave windows,
@@ -118,9 +124,10 @@
 // with [Batch.SetCheckpoint] in the same batch as the state it accounts for.
 // The package stores it as given; keeping it monotonic is the caller's job.
 //
-// Every command is idempotent by its identity, so a consumer may apply a
-// stretch of its command log again (after a handover, say) without changing
-// the state. The checkpoint still commits with the state, so that a
+// Every command is idempotent by its identity while the identity is in its
+// user's window, so a consumer may apply a stretch of its command log again
+// (after a handover, say) without changing the state, as long as no user
+// had more than [IdentityWindow] commands after the stretch began. The checkpoint still commits with the state, so that a
 // restarted consumer resumes after the last command the store has.
 //
 // # Encoding
@@ -131,7 +138,10 @@
 // its key; the package never guesses.
 //
 // The format version is 2: version 2 added the identities and the flags of
-// late-leave windows, and allows empty episodes. A version-1 store is
+// late-leave windows, and allows empty episodes. Identity values (seq and
+// flags) came later within version 2: an empty one reads as seq 0, not
+// refused, and a user's identities shrink to the window at its next
+// command. A version-1 store is
 // refused (it never recorded identities, so it cannot be upgraded in place);
 // the processor rebuilds the state from the commands topic into an empty
 // directory.

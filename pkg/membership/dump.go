@@ -25,17 +25,28 @@ import (
 // identities come along, so a command delivered again after the import is
 // still a duplicate (rule C5).
 //
-// Layout, version 1:
+// Layout, version 2:
 //
-//	version (1 byte, 0x01) ‖ user_id u64 BE
+//	version (1 byte, 0x02) ‖ user_id u64 BE
 //	‖ n uvarint ‖ n × (key uvarint length ‖ key ‖ value uvarint length ‖ value)
-//	‖ m uvarint ‖ m × identity digest (16 bytes)
+//	‖ m uvarint ‖ m × (identity digest (16 bytes) ‖ seq u64 BE ‖ flags (1 byte))
 //
 // where each key is a users-space key with its space byte and user ID
-// taken off (the tag and suffix), in key order, and the digests ascend.
-// A decoder checks every record as Restore does and the whole as one
-// member, and rejects trailing bytes.
-const dumpVersion = 1
+// taken off (the tag and suffix), in key order, the digests ascend, and
+// seq and flags are the identity record's value (encoding.go), so that
+// the window of identities is forgotten in the same order after an
+// import as before. Version 1 (before the window) had the digests alone;
+// it decodes with every identity at seq 0, not refused. A decoder checks
+// every record as Restore does and the whole as one member, and rejects
+// trailing bytes.
+const dumpVersion = 2
+
+// dumpIdentityLen is the bytes of one identity in a dump of version 2,
+// and dumpIdentityLenV1 in one of version 1.
+const (
+	dumpIdentityLen   = identityDigestLen + identityValueLen
+	dumpIdentityLenV1 = identityDigestLen
+)
 
 // maxDumpRecords bounds the records and identities a dump may claim to
 // hold, so that a hostile length cannot make a decoder allocate much: a
@@ -102,7 +113,17 @@ func appendDump(r reader, dst []byte, userID uint64) ([]byte, error) {
 			_ = it.Close()
 			return dst, corruptf(k, "identity key has %d bytes, want %d", len(k), identityKeyLen)
 		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			break // reported by it.Close
+		}
+		seq, refused, err := decodeIdentityValue(v)
+		if err != nil {
+			_ = it.Close()
+			return dst, corruptf(k, "%v", err)
+		}
 		ids = append(ids, k[1+8:]...)
+		ids = appendIdentityValue(ids, seq, refused)
 		m++
 	}
 	if err := it.Close(); err != nil {
@@ -134,6 +155,7 @@ type Dump struct {
 	raw     []byte     // the dump
 	records int        // users-space records in raw
 	ids     int        // where the identities start in raw
+	idLen   int        // bytes per identity in raw: dumpIdentityLen, or dumpIdentityLenV1
 }
 
 // WithoutIdentities returns d without its command identities, so that an
@@ -152,9 +174,13 @@ func (d *Dump) each(space byte, buf []byte, fn func(key, value []byte) error) er
 	key := append(buf[:0], space)
 	key = binary.BigEndian.AppendUint64(key, d.Member.UserID)
 	if space == spaceIdentities {
+		var val []byte
 		for i := range d.Identities {
-			at := d.ids + i*identityDigestLen
-			if err := fn(append(key, d.raw[at:at+identityDigestLen]...), nil); err != nil {
+			at := d.ids + i*d.idLen
+			if d.idLen == dumpIdentityLen {
+				val = d.raw[at+identityDigestLen : at+dumpIdentityLen]
+			}
+			if err := fn(append(key, d.raw[at:at+identityDigestLen]...), val); err != nil {
 				return err
 			}
 		}
@@ -212,8 +238,13 @@ func (d *Dump) Decode(b []byte) error {
 	if len(b) < 1+8 {
 		return corruptf(name, "dump has %d bytes, want at least 9", len(b))
 	}
-	if b[0] != dumpVersion {
-		return corruptf(name, "dump version %d, want %d", b[0], dumpVersion)
+	idLen := dumpIdentityLen
+	switch b[0] {
+	case dumpVersion:
+	case 1:
+		idLen = dumpIdentityLenV1
+	default:
+		return corruptf(name, "dump version %d, want 1 or %d", b[0], dumpVersion)
 	}
 	user := binary.BigEndian.Uint64(b[1:9])
 	rest := b[9:]
@@ -275,15 +306,24 @@ func (d *Dump) Decode(b []byte) error {
 	if err != nil {
 		return err
 	}
-	if ids*identityDigestLen != len(rest) {
-		return corruptf(name, "dump of user %d: %d identities in %d bytes, want %d", user, ids, len(rest), ids*identityDigestLen)
+	if ids*idLen != len(rest) {
+		return corruptf(name, "dump of user %d: %d identities in %d bytes, want %d", user, ids, len(rest), ids*idLen)
 	}
-	for i := 1; i < ids; i++ {
-		if bytes.Compare(rest[(i-1)*identityDigestLen:i*identityDigestLen], rest[i*identityDigestLen:(i+1)*identityDigestLen]) >= 0 {
+	for i := range ids {
+		id := rest[i*idLen : (i+1)*idLen]
+		if i > 0 && bytes.Compare(rest[(i-1)*idLen:(i-1)*idLen+identityDigestLen], id[:identityDigestLen]) >= 0 {
 			return corruptf(name, "dump of user %d: identities out of order", user)
 		}
+		if idLen == dumpIdentityLen {
+			if _, _, err := decodeIdentityValue(id[identityDigestLen:]); err != nil {
+				return corruptf(name, "dump of user %d: %v", user, err)
+			}
+		}
 	}
-	*d = Dump{Member: a.m, Identities: ids, asm: a, raw: b, records: n, ids: len(b) - len(rest)}
+	if ids > IdentityWindow && idLen == dumpIdentityLen {
+		return corruptf(name, "dump of user %d: %d identities, more than the window of %d", user, ids, IdentityWindow)
+	}
+	*d = Dump{Member: a.m, Identities: ids, asm: a, raw: b, records: n, ids: len(b) - len(rest), idLen: idLen}
 	return nil
 }
 

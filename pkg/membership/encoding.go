@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"strings"
 )
@@ -87,16 +88,47 @@ const (
 	checkpointValueLen = 8
 )
 
-// Identities: one record per command applied (or refused) for a user, so
-// that the same command delivered again is recognised. The key ends with the
-// first 16 bytes of SHA-256 over the identity: op (1 byte) ‖ at_ns u64 BE ‖
-// request_id bytes. The value is empty. Two distinct identities of one
-// user collide with probability about n²/2^129 for n of them: far below
-// anything else that can go wrong.
+// Identities: one record per command applied (or refused) for a user, of
+// the user's last IdentityWindow commands, so that the same command
+// delivered again is recognised. The key ends with the first 16 bytes of
+// SHA-256 over the identity: op (1 byte) ‖ at_ns u64 BE ‖ request_id
+// bytes. The value is seq u64 BE ‖ flags (1 byte): seq numbers the user's
+// identities in the order they were remembered (the oldest goes first when
+// the window is full), and flags bit 0 says the command was refused.
+// Stores written before the window have empty values: seq 0, not refused.
+// Two distinct identities of one user collide with probability about
+// n²/2^129 for n of them: far below anything else that can go wrong.
 const (
 	identityDigestLen = 16
 	identityKeyLen    = 1 + 8 + identityDigestLen
+	identityValueLen  = 8 + 1
+	identityRefused   = 1 << 0
 )
+
+// appendIdentityValue appends the value of an identity record.
+func appendIdentityValue(dst []byte, seq uint64, refused bool) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, seq)
+	var flags byte
+	if refused {
+		flags |= identityRefused
+	}
+	return append(dst, flags)
+}
+
+// decodeIdentityValue splits an identity record's value; an empty one
+// (written before the window) is seq 0, not refused.
+func decodeIdentityValue(v []byte) (seq uint64, refused bool, err error) {
+	switch len(v) {
+	case 0:
+		return 0, false, nil
+	case identityValueLen:
+		if v[8]&^identityRefused != 0 {
+			return 0, false, fmt.Errorf("identity value with unknown flags %#x", v[8])
+		}
+		return binary.BigEndian.Uint64(v), v[8]&identityRefused != 0, nil
+	}
+	return 0, false, fmt.Errorf("identity value of %d bytes, want 0 or %d", len(v), identityValueLen)
+}
 
 // Outbox entries: the key is the entry's sequence number, u64 BE so that key
 // order is sequence order; the value is the caller's bytes, 1 to

@@ -140,7 +140,15 @@ func TestGoldenRecords(t *testing.T) {
 			default:
 				t.Fatalf("line %d: op %q", r.line, r.fields["op"])
 			}
-			key, value = appendIdentityKey(nil, c), []byte{}
+			seq, refused := r.u64(t, "seq"), r.fields["refused"] == "true"
+			key, value = appendIdentityKey(nil, c), appendIdentityValue(nil, seq, refused)
+			if r.fields["legacy"] == "true" {
+				value = []byte{}
+			}
+			gotSeq, gotRefused, err := decodeIdentityValue(r.value)
+			if err != nil || gotSeq != seq || gotRefused != refused {
+				t.Errorf("line %d: decodeIdentityValue = %d, %v, %v", r.line, gotSeq, gotRefused, err)
+			}
 		case "outbox-seq":
 			v := encodeOutboxSeq(r.u64(t, "last"))
 			key, value = metaOutboxSeqKey, v[:]

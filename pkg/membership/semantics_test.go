@@ -88,11 +88,11 @@ var semanticsCases = []struct {
 		want:  []Member{member(1, Left, 100)},
 	},
 	{
-		name: "a refused rejoin delivered again is a duplicate",
+		name: "a refused rejoin delivered again is refused again",
 		steps: []step{
 			leave(1, 100, true), failing(OpRejoin, 1, 50, ErrRejoinBeforeLeave),
 			leave(1, 40, true), // moves left_at before the refused rejoin
-			rejoin(1, 50, false).dup(),
+			failing(OpRejoin, 1, 50, ErrRejoinBeforeLeave),
 		},
 		want: []Member{member(1, Left, 40)},
 	},

@@ -137,7 +137,8 @@ func TestFailedCommandWritesNothing(t *testing.T) {
 
 // TestRefusedRejoinIsRemembered: a rejoin before the open boundary changes
 // no state, names what was wrong, and records only its identity, so that
-// delivered again it is a duplicate, not a second refusal.
+// delivered again it is refused again, as a duplicate, whatever changed
+// since: a retry must not read as "applied before".
 func TestRefusedRejoinIsRemembered(t *testing.T) {
 	s := openMem(t)
 	mustOK(t)(s.Leave(1, 100))
@@ -152,8 +153,12 @@ func TestRefusedRejoinIsRemembered(t *testing.T) {
 		t.Fatalf("refused rejoin wrote %q, want one identity record", d)
 	}
 	c, err := s.Rejoin(1, 99)
-	if err != nil || !c.Duplicate || c.Changed {
-		t.Fatalf("refused rejoin again = %+v, %v; want a duplicate", c, err)
+	if !errors.Is(err, ErrRejoinBeforeLeave) || !c.Duplicate || c.Changed {
+		t.Fatalf("refused rejoin again = %+v, %v; want a duplicate refused again", c, err)
+	}
+	mustOK(t)(s.Leave(1, 50)) // left_at moves before the refused rejoin
+	if c, err := s.Rejoin(1, 99); !errors.Is(err, ErrRejoinBeforeLeave) || c.Changed {
+		t.Fatalf("refused rejoin after left_at moved = %+v, %v; want refused again", c, err)
 	}
 }
 
