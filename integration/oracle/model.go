@@ -1,5 +1,7 @@
 package oracle
 
+import "slices"
+
 // episode is one leave episode [leftAt, rejoinedAt) of a user, in ns since
 // the Unix epoch; open is true for the episode of a user still Left, which
 // runs to infinity (rejoinedAt is then 0 and means nothing). An empty
@@ -24,18 +26,24 @@ type identity struct {
 	requestID string
 }
 
+// identityWindow is how many identities of a user rule C5 remembers: those of the
+// user's last 64 commands that reached rule C6 or C7.
+const identityWindow = 64
+
 // member is one user's state in the model (rules C5-C7). The zero value
 // is a user who never left: Active, no history.
 //
 // Invariants: history is ordered and its episodes are disjoint and
 // closed (leftAt <= rejoinedAt); while left, leftAt is at or after the end
-// of the last closed episode. seen holds every identity that reached rule
-// C6 or C7, applied, unchanged or refused.
+// of the last closed episode. recent holds the identities of the last
+// identityWindow commands that reached rule C6 or C7, applied, unchanged or
+// refused, oldest first; refusedIDs those of them C7 refused.
 type member struct {
-	left    bool
-	leftAt  uint64
-	history []episode
-	seen    map[identity]bool
+	left       bool
+	leftAt     uint64
+	history    []episode
+	recent     []identity
+	refusedIDs map[identity]bool
 }
 
 // outcome is what one command did to its user.
@@ -45,24 +53,37 @@ const (
 	changed   outcome = iota + 1 // the state changed
 	unchanged                    // a new command that changed nothing
 	duplicate                    // its identity was seen before: a no-op (C5)
-	refused                      // a rejoin before the open leave: to the DLQ (C7)
+	refused                      // a rejoin before the open leave, or its re-delivery: to the DLQ (C7)
 )
 
 // apply applies one command with its boundary (rule C4 already passed) to
 // the user, by rules C5, C6 and C7.
 func (m *member) apply(o op, boundary uint64, requestID string) outcome {
 	id := identity{op: o, boundary: boundary, requestID: requestID}
-	if m.seen[id] {
+	if slices.Contains(m.recent, id) {
+		if m.refusedIDs[id] {
+			return refused // refused again, not "applied before"
+		}
 		return duplicate
 	}
-	if m.seen == nil {
-		m.seen = make(map[identity]bool)
+	if len(m.recent) == identityWindow {
+		delete(m.refusedIDs, m.recent[0])
+		m.recent = slices.Delete(m.recent, 0, 1)
 	}
-	m.seen[id] = true
+	m.recent = append(m.recent, id)
+	var out outcome
 	if o == opLeave {
-		return m.leave(boundary)
+		out = m.leave(boundary)
+	} else {
+		out = m.rejoin(boundary)
 	}
-	return m.rejoin(boundary)
+	if out == refused {
+		if m.refusedIDs == nil {
+			m.refusedIDs = make(map[identity]bool)
+		}
+		m.refusedIDs[id] = true
+	}
+	return out
 }
 
 // leave is rule C6.

@@ -59,7 +59,7 @@ func TestModel(t *testing.T) {
 		{"C7: rejoining an Active user changes nothing",
 			[]cmd{rejoin(100, "a")}, []outcome{unchanged}, nil},
 		{"C7: a rejoin before the open leave is refused, and so is its re-delivery",
-			[]cmd{leave(100, "a"), rejoin(50, "b"), rejoin(50, "b")}, []outcome{changed, refused, duplicate},
+			[]cmd{leave(100, "a"), rejoin(50, "b"), rejoin(50, "b")}, []outcome{changed, refused, refused},
 			[]episode{{leftAt: 100, open: true}}},
 		{"C7, finding 6: leave and rejoin at one boundary close an empty episode",
 			[]cmd{leave(100, "a"), rejoin(100, "b")}, []outcome{changed, changed}, []episode{closed(100, 100)}},
@@ -129,13 +129,20 @@ func TestModelRedeliveryProperty(t *testing.T) {
 			cmds = append(cmds, c)
 		}
 		var plain, redelivered member
+		first := make(map[cmd]outcome) // what each identity did when it first came
 		for i, c := range cmds {
 			plain.apply(c.op, c.at, c.req)
-			redelivered.apply(c.op, c.at, c.req)
+			if o := redelivered.apply(c.op, c.at, c.req); first[c] == 0 {
+				first[c] = o
+			}
 			for range rng.IntN(3) {
 				again := cmds[rng.IntN(i+1)]
-				if got := redelivered.apply(again.op, again.at, again.req); got != duplicate {
-					t.Fatalf("round %d: re-delivery of %+v was %v, not a duplicate", round, again, got)
+				want := duplicate
+				if first[again] == refused {
+					want = refused // a refused command is refused on every retry
+				}
+				if got := redelivered.apply(again.op, again.at, again.req); got != want {
+					t.Fatalf("round %d: re-delivery of %+v was %v, want %v", round, again, got, want)
 				}
 			}
 		}
@@ -148,5 +155,26 @@ func TestModelRedeliveryProperty(t *testing.T) {
 				t.Fatalf("round %d: %+v gives overlapping episodes %+v", round, cmds, eps)
 			}
 		}
+	}
+}
+
+// TestModelIdentityWindow: rule C5 remembers a user's last 64 identities;
+// the 65th-newest is a new command again.
+func TestModelIdentityWindow(t *testing.T) {
+	var m member
+	for i := range 65 {
+		m.apply(opLeave, 100, fmt.Sprint("resend-", i))
+	}
+	if got := m.apply(opLeave, 100, "resend-64"); got != duplicate {
+		t.Errorf("the newest identity again: %v, want duplicate", got)
+	}
+	if got := m.apply(opLeave, 100, "resend-1"); got != duplicate {
+		t.Errorf("the oldest identity still remembered: %v, want duplicate", got)
+	}
+	if got := m.apply(opLeave, 100, "resend-0"); got != unchanged {
+		t.Errorf("an identity forgotten: %v, want a new command that changes nothing", got)
+	}
+	if len(m.recent) != 64 {
+		t.Errorf("%d identities remembered, want 64", len(m.recent))
 	}
 }
