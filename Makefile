@@ -13,10 +13,12 @@ KAFKA_BROKERS ?= 127.0.0.1:9092
 build:
 	$(GO) build -o $(BIN) ./cmd/processor
 
-# Runs the processor with embedded defaults: a Kafka-protocol broker on
-# 127.0.0.1:9092, state in ./cohortgate-data, HTTP on 127.0.0.1:8080.
+# Runs the processor in its trying-out mode (`processor try`): an embedded
+# Kafka-protocol broker on 127.0.0.1:9092, state in ./cohortgate-data, HTTP
+# on 127.0.0.1:8080. `processor run` is the production mode: it needs
+# --brokers and never starts a broker of its own.
 run: build
-	./$(BIN) run
+	./$(BIN) try
 
 # Unit tests and the integration suite on the embedded broker; no Java needed.
 test:

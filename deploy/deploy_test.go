@@ -111,7 +111,7 @@ func freeAddr(t *testing.T) string {
 func served(t *testing.T, bin string, paths []string) map[string]int {
 	t.Helper()
 	web := freeAddr(t)
-	cmd := exec.Command(bin, "run", "--embedded-addr", freeAddr(t), "--http-addr", web, "--data-dir", t.TempDir(), "--log-level", "warn")
+	cmd := exec.Command(bin, "try", "--embedded-addr", freeAddr(t), "--http-addr", web, "--data-dir", t.TempDir(), "--log-level", "warn")
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

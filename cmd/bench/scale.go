@@ -441,7 +441,7 @@ func startToReady(ctx context.Context, o *scaleOptions, ps *procs, dir, name str
 	logPath := filepath.Join(o.workDir, name+".log")
 	printf("%s: starting %s (log %s)", name, o.processor, logPath)
 	t0 := time.Now()
-	c, err := ps.start(name, logPath, onLine, o.processor, "run", "--data-dir", dir, "--http-addr", httpAddr,
+	c, err := ps.start(name, logPath, onLine, o.processor, "try", "--data-dir", dir, "--http-addr", httpAddr,
 		"--embedded-addr", kafkaAddr, "--log-level", "info")
 	if err != nil {
 		return run, err

@@ -65,7 +65,7 @@ type commandOptions struct {
 // receipt is on the changelog.
 func publish(ctx context.Context, op topics.Op, args []string, stdout, stderr io.Writer) error {
 	o := &commandOptions{}
-	f := newFlags(op.String(), fmt.Sprintf("Publish a %s command for one user to the commands topic.", op), stderr)
+	f := newFlags(op.String(), fmt.Sprintf("Publish a %s command for one user to the commands topic.", op), stdout)
 	f.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers (host:port)")
 	o.kafkaFlags.register(f)
 	f.StringVar(&o.user, "user", "", "user id, a decimal u64 (required)")
@@ -149,7 +149,7 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var k kafkaFlags
 	var timeout time.Duration
 	f := newFlags("status", "Print a user's membership record: as the running processor at --http-addr knows it or,\n"+
-		"with --brokers, as the user's latest changelog record says.", stderr)
+		"with --brokers, as the user's latest changelog record says.", stdout)
 	f.StringVar(&addr, "http-addr", "127.0.0.1:8080", "HTTP address of the running processor")
 	f.StringVar(&user, "user", "", "user id, a decimal u64 (required)")
 	f.StringVar(&k.brokers, "brokers", "", "comma-separated seed brokers (host:port); set: read the changelog instead of asking --http-addr")

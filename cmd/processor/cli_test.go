@@ -27,14 +27,14 @@ func freePort(t *testing.T) string {
 }
 
 // TestCommands drives `processor leave|rejoin|status` against `processor
-// run` with its embedded broker, all in this process: the commands are
+// try` (its embedded broker), all in this process: the commands are
 // thin wrappers of pkg/client, and print what they printed before.
 func TestCommands(t *testing.T) {
 	kafka, web := freePort(t), freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- dispatch(ctx, []string{"run", "--embedded-addr", kafka, "--http-addr", web,
+		done <- dispatch(ctx, []string{"try", "--embedded-addr", kafka, "--http-addr", web,
 			"--data-dir", t.TempDir(), "--grace", "10ms", "--log-level", "warn"}, io.Discard, io.Discard)
 	}()
 	t.Cleanup(func() {

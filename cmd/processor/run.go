@@ -31,6 +31,7 @@ import (
 // runOptions are the flags of `processor run`.
 type runOptions struct {
 	brokers        string
+	embedded       bool // try: serve the embedded broker; never set by a flag of run
 	embeddedAddr   string
 	group          string
 	dataDir        string
@@ -118,17 +119,40 @@ func (o *runOptions) topicSet() topics.Set {
 	return s
 }
 
-const runSynopsis = `Consume engagement signals and membership commands, forward the signals of
-users who have not left to the cohort topic, and record every leave durably.
-With no --brokers it serves an embedded Kafka-protocol broker for trying it out.`
+const runSynopsis = `Consume engagement signals and membership commands from the Kafka cluster
+at --brokers, forward the signals of users who have not left to the cohort
+topic, and record every leave durably. To try cohortgate out without a cluster, use
+processor try (make run): it serves an embedded broker.`
 
-func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
-	o := &runOptions{}
-	f := newFlags("run", runSynopsis, stderr)
-	f.StringVar(&o.brokers, "brokers", "", "comma-separated seed brokers (host:port); empty: start an embedded broker on --embedded-addr (trying out only, never production)")
-	f.StringVar(&o.embeddedAddr, "embedded-addr", "127.0.0.1:9092", "address of the embedded broker when --brokers is empty")
+const trySynopsis = `Run the processor on an embedded Kafka-protocol broker (franz-go's kfake)
+at --embedded-addr, for trying cohortgate out: never production. Its log
+stays in --data-dir. For a real cluster, use processor run --brokers=….`
+
+// modeName is the command of a mode: try serves the embedded broker, run
+// needs brokers.
+func modeName(embedded bool) string {
+	if embedded {
+		return "try"
+	}
+	return "run"
+}
+
+// defineRun defines the flags of run (embedded false) or try on f. Only
+// run has --brokers and the Kafka security flags; only try has
+// --embedded-addr: neither mode can be reached with the other's flags.
+func defineRun(f *flags, o *runOptions, embedded bool) {
+	o.embedded = embedded
+	if embedded {
+		f.StringVar(&o.embeddedAddr, "embedded-addr", "127.0.0.1:9092", "address of the embedded broker (loopback only)")
+	} else {
+		f.StringVar(&o.brokers, "brokers", "", "comma-separated seed brokers (host:port), required; for an embedded broker use processor try")
+	}
 	f.StringVar(&o.group, "group", fanout.DefaultGroup, "consumer group of the signals topic")
-	f.StringVar(&o.dataDir, "data-dir", "cohortgate-data", "directory of the local membership store (and of the embedded broker's log)")
+	dataDirUsage := "directory of the local membership store"
+	if embedded {
+		dataDirUsage += " and of the embedded broker's log"
+	}
+	f.StringVar(&o.dataDir, "data-dir", "cohortgate-data", dataDirUsage)
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz, /readyz and /v1/members/{user_id}")
 	o.topics.register(f)
 	f.Var(&o.routes, "route", "a gated path IN=OUT, repeatable: signals of topic IN are forwarded to OUT; every IN is co-partitioned with the commands. "+
@@ -153,7 +177,21 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-addr (keep --http-addr private)")
-	o.security.RegisterFlags(f.FlagSet)
+	if !embedded {
+		o.security.RegisterFlags(f.FlagSet)
+	}
+}
+
+// parseRun parses the flags of run (embedded false) or try; --help
+// writes the usage to help.
+func parseRun(args []string, embedded bool, help io.Writer) (*runOptions, error) {
+	o := &runOptions{}
+	synopsis := runSynopsis
+	if embedded {
+		synopsis = trySynopsis
+	}
+	f := newFlags(modeName(embedded), synopsis, help)
+	defineRun(f, o, embedded)
 	if err := f.parse(args); err != nil {
 		return nil, err
 	}
@@ -166,6 +204,10 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 func (o *runOptions) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !o.embedded && strings.TrimSpace(o.brokers) == "" {
+		bad("--brokers: required: name your Kafka cluster with --brokers=kafka-1:9092,kafka-2:9092 (or %s); "+
+			"to try cohortgate out on an embedded broker instead, use processor try (make run)", envName("brokers"))
+	}
 	for _, b := range cmdline.List(o.brokers) {
 		if _, _, err := net.SplitHostPort(b); err != nil {
 			bad("--brokers: %q is not host:port (e.g. --brokers=kafka-1:9092,kafka-2:9092)", b)
@@ -215,11 +257,10 @@ func (o *runOptions) validate() error {
 	if o.logFormat != "text" && o.logFormat != "json" {
 		bad("--log-format: %q must be text or json", o.logFormat)
 	}
-	if err := o.security.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if o.brokers == "" && (o.security.TLS || o.security.Mechanism != kafkasec.NoSASL) {
-		bad("--brokers: the --kafka-tls* and --kafka-sasl* flags need --brokers; the embedded broker speaks plaintext only")
+	if !o.embedded {
+		if err := o.security.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -241,9 +282,9 @@ func newLogger(o *runOptions, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, ho))
 }
 
-// run is `processor run`.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseRun(args, stderr)
+// run is `processor run` and, embedded, `processor try`.
+func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Writer) error {
+	o, err := parseRun(args, embedded, stdout)
 	if err != nil {
 		return err
 	}
@@ -268,7 +309,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(brokers) > 0 {
+	if !o.embedded {
 		// A wrong TLS or SASL setting would otherwise surface as EOFs
 		// and retries deep inside the pipeline.
 		if err := o.security.Check(ctx, brokers); err != nil {
@@ -283,7 +324,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
-		log.Info("no --brokers given: serving an embedded Kafka-protocol broker for trying out (not for production)",
+		log.Info("processor try: serving an embedded Kafka-protocol broker for trying out (not for production)",
 			"addr", strings.Join(brokers, ","), "log_dir", dir)
 	}
 
