@@ -10,8 +10,11 @@ KAFKA_BROKERS ?= 127.0.0.1:9092
 
 .PHONY: build run test test-kafka kafka-start kafka-stop bench fuzz lint size-guard clean examples promtool image image-context
 
+# -buildvcs=auto: stamp the VCS revision (processor version,
+# cohortgate_build_info) even where GOFLAGS turns it off; a tree without
+# git builds all the same. (Go stamps nothing in a git worktree.)
 build:
-	$(GO) build -o $(BIN) ./cmd/processor
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/processor
 
 # Runs the processor in its trying-out mode (`processor try`): an embedded
 # Kafka-protocol broker on 127.0.0.1:9092, state in ./cohortgate-data, HTTP
@@ -98,7 +101,7 @@ GOARCH_IMAGE ?= $(shell $(GO) env GOARCH)
 
 image-context:
 	rm -rf bin/image && mkdir -p bin/image/data
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMAGE) $(GO) build -trimpath -ldflags='-s -w' -o bin/image/processor ./cmd/processor
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMAGE) $(GO) build -buildvcs=auto -trimpath -ldflags='-s -w' -o bin/image/processor ./cmd/processor
 	cp /etc/ssl/certs/ca-certificates.crt bin/image/
 	cp deploy/Dockerfile bin/image/
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,17 @@ func TestCommands(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("processor not ready within 60s")
 		}
+	}
+
+	// The build and the mode, on the metrics endpoint.
+	resp, err := http.Get("http://" + web + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^cohortgate_build_info\{embedded="true",go="go[^"]+",revision="[^"]+",version="[^"]+"\} 1$`).Match(metrics) {
+		t.Errorf("/metrics has no cohortgate_build_info of an embedded run:\n%s", grepLines(metrics, "build_info"))
 	}
 
 	cli := func(args ...string) string {
@@ -127,4 +139,15 @@ func TestCommandFlags(t *testing.T) {
 			}
 		}
 	}
+}
+
+// grepLines is the lines of b that contain s.
+func grepLines(b []byte, s string) string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

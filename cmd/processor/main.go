@@ -9,6 +9,7 @@
 //	processor leave --user N         publish a leave command
 //	processor rejoin --user N        publish a rejoin command
 //	processor status --user N        a user's record, from the running processor (or, with --brokers, the changelog)
+//	processor version                the module version and VCS revision (also --version)
 //
 // The embedded broker is an explicit choice: run without --brokers
 // refuses to start, so that a misspelt setting never puts a production
@@ -58,6 +59,7 @@ func commands() []command {
 				return publish(ctx, topics.Rejoin, args, stdout, stderr)
 			}},
 		{"status", "print a user's membership record, from the running processor or, with --brokers, the changelog", status},
+		{"version", "print the module version, VCS revision and Go version of this build (also --version)", version},
 		{"help", "print this help, or a command's flags: processor help COMMAND", nil},
 	}
 }
@@ -92,6 +94,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "-h", "-help", "--help":
 		help(stdout)
 		return nil
+	case "-version", "--version":
+		return version(ctx, rest, stdout, stderr)
 	case "help":
 		if len(rest) == 0 {
 			help(stdout)

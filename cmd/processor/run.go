@@ -357,6 +357,7 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg, thisBuild(), o.embedded)
 	kmetrics := kprom.NewMetrics("cohortgate_kafka", kprom.Registerer(reg), kprom.Gatherer(reg), kprom.WithClientLabel())
 
 	proc, err := fanout.New(fanout.Config{
@@ -404,7 +405,7 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		_ = srv.Shutdown(sctx)
 	}()
 
-	log.Info("cohortgate processor starting", "brokers", strings.Join(brokers, ","), "group", o.group,
+	log.Info("cohortgate processor starting", "version", thisBuild().Version, "revision", thisBuild().Revision, "brokers", strings.Join(brokers, ","), "group", o.group,
 		"data_dir", o.dataDir, "http", "http://"+o.httpAddr, "exactly_once", o.exactlyOnce, "grace", o.grace.String())
 	if err := proc.Run(ctx); err != nil {
 		return err
