@@ -12,8 +12,9 @@ cd "$(dirname "$0")/.."
 
 KAFKA=127.0.0.1:19092
 HTTP=127.0.0.1:18080
+API=127.0.0.1:18081
 data=$(mktemp -d)
-bin/processor try --embedded-addr "$KAFKA" --http-addr "$HTTP" --data-dir "$data" --grace 100ms --log-level warn 2>"$data/log" &
+bin/processor try --embedded-addr "$KAFKA" --http-addr "$HTTP" --api-addr "$API" --data-dir "$data" --grace 100ms --log-level warn 2>"$data/log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; rm -rf "$data"' EXIT
 

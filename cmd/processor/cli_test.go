@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -31,12 +32,12 @@ func freePort(t *testing.T) string {
 // try` (its embedded broker), all in this process: the commands are
 // thin wrappers of pkg/client, and print what they printed before.
 func TestCommands(t *testing.T) {
-	kafka, web := freePort(t), freePort(t)
+	kafka, web, api, dataDir := freePort(t), freePort(t), freePort(t), t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- dispatch(ctx, []string{"try", "--embedded-addr", kafka, "--http-addr", web,
-			"--data-dir", t.TempDir(), "--grace", "10ms", "--log-level", "warn"}, io.Discard, io.Discard)
+		done <- dispatch(ctx, []string{"try", "--embedded-addr", kafka, "--http-addr", web, "--api-addr", api,
+			"--data-dir", dataDir, "--grace", "10ms", "--log-level", "warn"}, io.Discard, io.Discard)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -98,7 +99,7 @@ func TestCommands(t *testing.T) {
 		t.Errorf("leave --wait receipt: %+v, %v:\n%s", rec, err, out)
 	}
 
-	viaHTTP := cli("status", "--user", "42", "--http-addr", web)
+	viaHTTP := cli("status", "--user", "42", "--api-addr", api, "--api-token-file", filepath.Join(dataDir, apiTokenFileName))
 	viaKafka := cli("status", "--user", "42", "--brokers", kafka)
 	for name, got := range map[string]string{"http": viaHTTP, "changelog": viaKafka} {
 		if !strings.Contains(got, `"status": "left"`) || !strings.Contains(got, fmt.Sprintf(`"left_at_ns": %d`, at)) {

@@ -36,6 +36,8 @@ type runOptions struct {
 	group          string
 	dataDir        string
 	httpAddr       string
+	apiAddr        string
+	apiTokenFile   string
 	topics         topicFlags
 	routes         routeFlags
 	partitions     int
@@ -153,7 +155,13 @@ func defineRun(f *flags, o *runOptions, embedded bool) {
 		dataDirUsage += " and of the embedded broker's log"
 	}
 	f.StringVar(&o.dataDir, "data-dir", "cohortgate-data", dataDirUsage)
-	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz, /readyz and /v1/members/{user_id}")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz and /readyz (and /debug/pprof/ with --pprof): for Prometheus and probes; no personal data")
+	apiDefault, apiUsage := "", "address of the membership API (/v1/members/{user_id}, /v1/partitions), which needs the bearer token of --api-token-file; empty: not served"
+	if embedded {
+		apiDefault = "127.0.0.1:8081"
+	}
+	f.StringVar(&o.apiAddr, "api-addr", apiDefault, apiUsage)
+	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the bearer token of the membership API, read on every request; empty: --data-dir/"+apiTokenFileName+", created with a random token when absent")
 	o.topics.register(f)
 	f.Var(&o.routes, "route", "a gated path IN=OUT, repeatable: signals of topic IN are forwarded to OUT; every IN is co-partitioned with the commands. "+
 		"The first replaces --signals-topic and --cohort-topic; none: one route, --signals-topic to --cohort-topic")
@@ -218,6 +226,13 @@ func (o *runOptions) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.httpAddr); err != nil {
 		bad("--http-addr: %q is not host:port (e.g. --http-addr=127.0.0.1:8080)", o.httpAddr)
+	}
+	if o.apiAddr != "" {
+		if _, port, err := net.SplitHostPort(o.apiAddr); err != nil {
+			bad("--api-addr: %q is not host:port (e.g. --api-addr=127.0.0.1:8081)", o.apiAddr)
+		} else if o.apiAddr == o.httpAddr && port != "0" {
+			bad("--api-addr: %q is also --http-addr: the membership API gets a listener of its own, apart from metrics and probes", o.apiAddr)
+		}
 	}
 	d := topics.Defaults()
 	if len(o.routes) > 0 && (o.topics.signals != string(d.Signals) || o.topics.cohort != string(d.Cohort)) {
@@ -296,9 +311,9 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		log.Warn("--" + kafkasec.FlagPassword + " is visible in the process list: prefer " + envName(kafkasec.FlagPassword) +
 			" or --" + kafkasec.FlagPasswordFile)
 	}
-	if !isLoopback(o.httpAddr) {
-		log.Warn("--http-addr is not a loopback address: /metrics, /v1/members and /v1/partitions are served without authentication to whoever reaches it",
-			"http_addr", o.httpAddr, "pprof", o.pprof)
+	if !isLoopback(o.httpAddr) && o.pprof {
+		log.Warn("--pprof with --http-addr not a loopback address: the profiler is served without authentication to whoever reaches it",
+			"http_addr", o.httpAddr)
 	}
 	if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir %s: %w", o.dataDir, err)
@@ -395,18 +410,28 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 	if o.pprof {
 		writeTimeout = 2 * time.Minute // room for a default 30s CPU profile or trace
 	}
-	srv, err := serveHTTP(o.httpAddr, newHandler(reg, proc, o.pprof), writeTimeout, log)
+	srv, err := serveHTTP("--http-addr", o.httpAddr, newOpsHandler(reg, proc, o.pprof), writeTimeout, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	defer shutdown(ctx, srv)
+	apiURL := "off (no --api-addr)"
+	if o.apiAddr != "" {
+		tokenFile, err := ensureToken(o.apiTokenFile, o.dataDir)
+		if err != nil {
+			return err
+		}
+		auth := &bearer{tokenFile: tokenFile, log: log, limit: newLogLimiter(time.Second)}
+		api, err := serveHTTP("--api-addr", o.apiAddr, newAPIHandler(proc, auth), 30*time.Second, log)
+		if err != nil {
+			return err
+		}
+		defer shutdown(ctx, api)
+		apiURL = "http://" + o.apiAddr + " (bearer token in " + tokenFile + ")"
+	}
 
 	log.Info("cohortgate processor starting", "version", thisBuild().Version, "revision", thisBuild().Revision, "brokers", strings.Join(brokers, ","), "group", o.group,
-		"data_dir", o.dataDir, "http", "http://"+o.httpAddr, "exactly_once", o.exactlyOnce, "grace", o.grace.String())
+		"data_dir", o.dataDir, "http", "http://"+o.httpAddr, "api", apiURL, "exactly_once", o.exactlyOnce, "grace", o.grace.String())
 	if err := proc.Run(ctx); err != nil {
 		return err
 	}
@@ -438,11 +463,18 @@ func instanceID(dataDir string) (string, error) {
 	return id, nil
 }
 
-// serveHTTP serves the operational endpoints until Shutdown.
-func serveHTTP(addr string, h http.Handler, writeTimeout time.Duration, log *slog.Logger) (*http.Server, error) {
+// shutdown stops srv, giving its requests 5s.
+func shutdown(ctx context.Context, srv *http.Server) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+}
+
+// serveHTTP serves h on addr (the value of flag) until Shutdown.
+func serveHTTP(flag, addr string, h http.Handler, writeTimeout time.Duration, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
+		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
 	}
 	srv := &http.Server{
 		Handler:           h,
