@@ -84,13 +84,19 @@ clean:
 	rm -rf bin cohortgate-data examples/java/target
 
 # The example producers of examples/ (EXAMPLES: python, java or both)
-# against the processor's embedded broker on 127.0.0.1:19092: each leave's
-# receipt must reach the changelog. Needs python3 with confluent-kafka
+# against the processor's embedded broker (processor try) on
+# EXAMPLES_KAFKA: each leave's receipt must reach the changelog. The
+# processor's HTTP and API ports are EXAMPLES_HTTP and EXAMPLES_API; set
+# them when those ports are taken. Needs python3 with confluent-kafka
 # (pip install confluent-kafka), and for java a JDK and Maven.
-EXAMPLES ?= python java
+EXAMPLES       ?= python java
+EXAMPLES_KAFKA ?= 127.0.0.1:19092
+EXAMPLES_HTTP  ?= 127.0.0.1:18080
+EXAMPLES_API   ?= 127.0.0.1:18081
 
 examples: build
-	bash examples/check.sh $(EXAMPLES)
+	EXAMPLES_KAFKA=$(EXAMPLES_KAFKA) EXAMPLES_HTTP=$(EXAMPLES_HTTP) EXAMPLES_API=$(EXAMPLES_API) \
+		bash examples/check.sh $(EXAMPLES)
 
 # The OCI image of deploy/Dockerfile: a static binary (CGO_ENABLED=0) on
 # an empty base, built from bin/image with no network and no base image.

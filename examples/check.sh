@@ -5,14 +5,16 @@
 # show the request_id the example sent. Called by `make examples`; needs
 # bin/processor, python3 with confluent-kafka, and for java a JDK and Maven.
 #
-# The embedded broker listens on 127.0.0.1:19092, not 9092, so that the
-# check runs beside an Apache Kafka broker on the usual port.
+# The embedded broker listens on EXAMPLES_KAFKA (default 127.0.0.1:19092,
+# not 9092, so that the check runs beside an Apache Kafka broker on the
+# usual port), the processor's HTTP on EXAMPLES_HTTP and its membership
+# API on EXAMPLES_API (`make examples` passes its variables of those names).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-KAFKA=127.0.0.1:19092
-HTTP=127.0.0.1:18080
-API=127.0.0.1:18081
+KAFKA=${EXAMPLES_KAFKA:-127.0.0.1:19092}
+HTTP=${EXAMPLES_HTTP:-127.0.0.1:18080}
+API=${EXAMPLES_API:-127.0.0.1:18081}
 data=$(mktemp -d)
 bin/processor try --embedded-addr "$KAFKA" --http-addr "$HTTP" --api-addr "$API" --data-dir "$data" --grace 100ms --log-level warn 2>"$data/log" &
 pid=$!

@@ -112,9 +112,9 @@ func publish(ctx context.Context, op topics.Op, args []string, stdout, stderr io
 
 func (o *commandOptions) command() (uint64, []client.CommandOpt, error) {
 	var errs []error
-	user, err := topics.ParseUserID([]byte(o.user))
+	user, err := parseUser(o.user)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("--user %q: want a decimal user id, e.g. --user=42", o.user))
+		errs = append(errs, err)
 	}
 	opts := []client.CommandOpt{client.RequestID(o.requestID)}
 	if o.atNs != "" {
@@ -160,9 +160,9 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	id, err := topics.ParseUserID([]byte(user))
+	id, err := parseUser(user)
 	if err != nil {
-		return fmt.Errorf("--user %q: want a decimal user id, e.g. --user=42", user)
+		return err
 	}
 	if timeout <= 0 {
 		return fmt.Errorf("--timeout %v: must be positive", timeout)

@@ -351,7 +351,7 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 	}
 	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log, NoSync: o.unsafeNoSync})
 	if err != nil {
-		return fmt.Errorf("unable to open the membership store in --data-dir %s: %w", o.dataDir, err)
+		return storeOpenError(o.dataDir, err)
 	}
 	defer store.Close()
 
@@ -403,7 +403,7 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		Registerer:   reg,
 	}, store)
 	if err != nil {
-		return err
+		return runError(o, err)
 	}
 
 	writeTimeout := 30 * time.Second
@@ -433,7 +433,7 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 	log.Info("cohortgate processor starting", "version", thisBuild().Version, "revision", thisBuild().Revision, "brokers", strings.Join(brokers, ","), "group", o.group,
 		"data_dir", o.dataDir, "http", "http://"+o.httpAddr, "api", apiURL, "exactly_once", o.exactlyOnce, "grace", o.grace.String())
 	if err := proc.Run(ctx); err != nil {
-		return err
+		return runError(o, err)
 	}
 	log.Info("stopped cleanly")
 	return nil
