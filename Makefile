@@ -10,13 +10,18 @@ KAFKA_BROKERS ?= 127.0.0.1:9092
 
 .PHONY: build run test test-kafka kafka-start kafka-stop bench fuzz lint size-guard clean examples promtool image image-context
 
+# -buildvcs=auto: stamp the VCS revision (processor version,
+# cohortgate_build_info) even where GOFLAGS turns it off; a tree without
+# git builds all the same. (Go stamps nothing in a git worktree.)
 build:
-	$(GO) build -o $(BIN) ./cmd/processor
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/processor
 
-# Runs the processor with embedded defaults: a Kafka-protocol broker on
-# 127.0.0.1:9092, state in ./cohortgate-data, HTTP on 127.0.0.1:8080.
+# Runs the processor in its trying-out mode (`processor try`): an embedded
+# Kafka-protocol broker on 127.0.0.1:9092, state in ./cohortgate-data, HTTP
+# on 127.0.0.1:8080. `processor run` is the production mode: it needs
+# --brokers and never starts a broker of its own.
 run: build
-	./$(BIN) run
+	./$(BIN) try
 
 # Unit tests and the integration suite on the embedded broker; no Java needed.
 test:
@@ -79,13 +84,19 @@ clean:
 	rm -rf bin cohortgate-data examples/java/target
 
 # The example producers of examples/ (EXAMPLES: python, java or both)
-# against the processor's embedded broker on 127.0.0.1:19092: each leave's
-# receipt must reach the changelog. Needs python3 with confluent-kafka
+# against the processor's embedded broker (processor try) on
+# EXAMPLES_KAFKA: each leave's receipt must reach the changelog. The
+# processor's HTTP and API ports are EXAMPLES_HTTP and EXAMPLES_API; set
+# them when those ports are taken. Needs python3 with confluent-kafka
 # (pip install confluent-kafka), and for java a JDK and Maven.
-EXAMPLES ?= python java
+EXAMPLES       ?= python java
+EXAMPLES_KAFKA ?= 127.0.0.1:19092
+EXAMPLES_HTTP  ?= 127.0.0.1:18080
+EXAMPLES_API   ?= 127.0.0.1:18081
 
 examples: build
-	bash examples/check.sh $(EXAMPLES)
+	EXAMPLES_KAFKA=$(EXAMPLES_KAFKA) EXAMPLES_HTTP=$(EXAMPLES_HTTP) EXAMPLES_API=$(EXAMPLES_API) \
+		bash examples/check.sh $(EXAMPLES)
 
 # The OCI image of deploy/Dockerfile: a static binary (CGO_ENABLED=0) on
 # an empty base, built from bin/image with no network and no base image.
@@ -96,7 +107,7 @@ GOARCH_IMAGE ?= $(shell $(GO) env GOARCH)
 
 image-context:
 	rm -rf bin/image && mkdir -p bin/image/data
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMAGE) $(GO) build -trimpath -ldflags='-s -w' -o bin/image/processor ./cmd/processor
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMAGE) $(GO) build -buildvcs=auto -trimpath -ldflags='-s -w' -o bin/image/processor ./cmd/processor
 	cp /etc/ssl/certs/ca-certificates.crt bin/image/
 	cp deploy/Dockerfile bin/image/
 

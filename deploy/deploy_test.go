@@ -107,11 +107,13 @@ func freeAddr(t *testing.T) string {
 }
 
 // served starts the processor (embedded broker) and returns the HTTP
-// status of each path; it stops the processor before returning.
+// status of each path on its HTTP port, and of /v1/members/1 on that port
+// and, without a token, on its API port; it stops the processor before
+// returning.
 func served(t *testing.T, bin string, paths []string) map[string]int {
 	t.Helper()
-	web := freeAddr(t)
-	cmd := exec.Command(bin, "run", "--embedded-addr", freeAddr(t), "--http-addr", web, "--data-dir", t.TempDir(), "--log-level", "warn")
+	web, api := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(bin, "try", "--embedded-addr", freeAddr(t), "--http-addr", web, "--api-addr", api, "--data-dir", t.TempDir(), "--log-level", "warn")
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -131,9 +133,15 @@ func served(t *testing.T, bin string, paths []string) map[string]int {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	codes := make(map[string]int)
 	deadline := time.Now().Add(30 * time.Second)
+	urls := make(map[string]string)
 	for _, p := range paths {
+		urls[p] = "http://" + web + p
+	}
+	urls["http:/v1/members/1"] = "http://" + web + "/v1/members/1"
+	urls["api:/v1/members/1"] = "http://" + api + "/v1/members/1"
+	for p, url := range urls {
 		for {
-			resp, err := hc.Get("http://" + web + p)
+			resp, err := hc.Get(url)
 			if err == nil {
 				resp.Body.Close()
 				codes[p] = resp.StatusCode
@@ -208,11 +216,23 @@ func TestKubernetes(t *testing.T) {
 		t.Errorf("liveness on %s and readiness on %s, want /healthz and /readyz", paths[0], paths[1])
 	}
 	for path, code := range served(t, bin, append(paths, "/metrics")) {
-		// /readyz may say 503 while the embedded broker's partitions are assigned.
-		if code != http.StatusOK && (path != "/readyz" || code != http.StatusServiceUnavailable) {
-			t.Errorf("GET %s: %d, want it served", path, code)
+		switch path {
+		case "http:/v1/members/1":
+			if code != http.StatusNotFound {
+				t.Errorf("the HTTP port answers GET /v1/members/1 with %d: want 404, the API is on its own port", code)
+			}
+		case "api:/v1/members/1":
+			if code != http.StatusUnauthorized {
+				t.Errorf("the API port answers GET /v1/members/1 without a token with %d, want 401", code)
+			}
+		default:
+			// /readyz may say 503 while the embedded broker's partitions are assigned.
+			if code != http.StatusOK && (path != "/readyz" || code != http.StatusServiceUnavailable) {
+				t.Errorf("GET %s: %d, want it served", path, code)
+			}
 		}
 	}
+	checkAPIGuarded(t, docs, c, env, ports)
 	if get(sts, "spec", "template", "metadata", "annotations", "prometheus.io/port") != httpPort {
 		t.Errorf("prometheus.io/port is not the HTTP port %s", httpPort)
 	}
@@ -296,6 +316,64 @@ func TestDockerfile(t *testing.T) {
 	}
 	if _, err := strconv.Atoi(strings.Split(got["USER"], ":")[0]); err != nil {
 		t.Errorf("USER %s: want a numeric uid, so that runAsNonRoot can check it", got["USER"])
+	}
+}
+
+// checkAPIGuarded: the membership API listens on a container port of its
+// own, with a token from a mounted Secret; the scraped Service does not
+// expose it, and the NetworkPolicy opens it only to selected clients.
+func checkAPIGuarded(t *testing.T, docs map[string]map[string]any, c any, env, ports map[string]string) {
+	t.Helper()
+	_, apiPort, err := net.SplitHostPort(env["COHORTGATE_API_ADDR"])
+	if err != nil {
+		t.Fatalf("COHORTGATE_API_ADDR %q: %v", env["COHORTGATE_API_ADDR"], err)
+	}
+	if ports["api"] != apiPort {
+		t.Errorf("container port api is %q, COHORTGATE_API_ADDR listens on %s", ports["api"], apiPort)
+	}
+	tokenFile := env["COHORTGATE_API_TOKEN_FILE"]
+	mountedSecret := false
+	for _, m := range get(c, "volumeMounts").([]any) {
+		if dir := fmt.Sprint(get(m, "mountPath")); tokenFile != "" && strings.HasPrefix(tokenFile, dir+"/") {
+			name := get(m, "name")
+			for _, v := range get(docs["StatefulSet"], "spec", "template", "spec", "volumes").([]any) {
+				mountedSecret = mountedSecret || (get(v, "name") == name && get(v, "secret", "secretName") != nil)
+			}
+		}
+	}
+	if !mountedSecret {
+		t.Errorf("COHORTGATE_API_TOKEN_FILE %q is not in a mounted Secret", tokenFile)
+	}
+	for _, p := range get(docs["Service"], "spec", "ports").([]any) {
+		if tp := fmt.Sprint(get(p, "targetPort")); tp == "api" || tp == apiPort || fmt.Sprint(get(p, "port")) == apiPort {
+			t.Errorf("the scraped Service exposes the API port: %v", p)
+		}
+	}
+	np := docs["NetworkPolicy"]
+	if np == nil {
+		t.Fatal("no NetworkPolicy")
+	}
+	for k, v := range get(np, "spec", "podSelector", "matchLabels").(map[string]any) {
+		if get(docs["StatefulSet"], "spec", "template", "metadata", "labels", k) != v {
+			t.Errorf("the NetworkPolicy selects %s=%v, not the pods", k, v)
+		}
+	}
+	apiRules := 0
+	for _, rule := range get(np, "spec", "ingress").([]any) {
+		for _, p := range get(rule, "ports").([]any) {
+			if port := fmt.Sprint(get(p, "port")); port == "api" || port == apiPort {
+				apiRules++
+				if from, _ := get(rule, "from").([]any); len(from) == 0 {
+					t.Error("the NetworkPolicy opens the API port to every source")
+				}
+			}
+		}
+		if ports, _ := get(rule, "ports").([]any); len(ports) == 0 {
+			t.Error("a NetworkPolicy rule opens every port")
+		}
+	}
+	if apiRules == 0 {
+		t.Error("the NetworkPolicy lets no client reach the API port")
 	}
 }
 

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Runs the example producers (python, java, or both: the arguments) against
-# `bin/processor run` with its embedded broker, and checks that the receipt
+# `bin/processor try` (its embedded broker), and checks that the receipt
 # of each leave reaches the changelog: `processor status --brokers` must
 # show the request_id the example sent. Called by `make examples`; needs
 # bin/processor, python3 with confluent-kafka, and for java a JDK and Maven.
 #
-# The embedded broker listens on 127.0.0.1:19092, not 9092, so that the
-# check runs beside an Apache Kafka broker on the usual port.
+# The embedded broker listens on EXAMPLES_KAFKA (default 127.0.0.1:19092,
+# not 9092, so that the check runs beside an Apache Kafka broker on the
+# usual port), the processor's HTTP on EXAMPLES_HTTP and its membership
+# API on EXAMPLES_API (`make examples` passes its variables of those names).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-KAFKA=127.0.0.1:19092
-HTTP=127.0.0.1:18080
+KAFKA=${EXAMPLES_KAFKA:-127.0.0.1:19092}
+HTTP=${EXAMPLES_HTTP:-127.0.0.1:18080}
+API=${EXAMPLES_API:-127.0.0.1:18081}
 data=$(mktemp -d)
-bin/processor run --embedded-addr "$KAFKA" --http-addr "$HTTP" --data-dir "$data" --grace 100ms --log-level warn 2>"$data/log" &
+bin/processor try --embedded-addr "$KAFKA" --http-addr "$HTTP" --api-addr "$API" --data-dir "$data" --grace 100ms --log-level warn 2>"$data/log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; rm -rf "$data"' EXIT
 

@@ -54,6 +54,8 @@ func processorBinary(t testing.TB) string {
 type binary struct {
 	cmd    *exec.Cmd
 	http   string
+	api    string // --api-addr; its token is in token's file
+	token  string // --api-token-file
 	stderr *lockedBuffer
 	exited chan error
 }
@@ -61,12 +63,18 @@ type binary struct {
 // runBinary starts `processor run` for this env; extra flags are appended.
 func (e *env) runBinary(dataDir string, extra ...string) *binary {
 	e.t.Helper()
-	b := &binary{http: freeAddr(e.t), stderr: &lockedBuffer{}, exited: make(chan error, 1)}
+	b := &binary{http: freeAddr(e.t), api: freeAddr(e.t), token: filepath.Join(e.t.TempDir(), "api-token"),
+		stderr: &lockedBuffer{}, exited: make(chan error, 1)}
+	if err := os.WriteFile(b.token, []byte("integration-token\n"), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
 	args := append([]string{"run",
 		"--brokers", strings.Join(broker.addrs, ","),
 		"--group", e.group,
 		"--data-dir", dataDir,
 		"--http-addr", b.http,
+		"--api-addr", b.api,
+		"--api-token-file", b.token,
 		"--replication-factor", "1",
 		"--grace", "100ms",
 		"--commit-interval", "50ms",
@@ -116,7 +124,14 @@ func (b *binary) stop(t *testing.T) {
 func (b *binary) get(path string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.http+path, nil)
+	addr := b.http
+	if strings.HasPrefix(path, "/v1/") { // the membership API: its own listener, with the token
+		addr = b.api
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if addr == b.api {
+		req.Header.Set("Authorization", "Bearer integration-token")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, "", err
@@ -224,7 +239,7 @@ func TestBinaryEndToEnd(t *testing.T) {
 		t.Fatalf("forwarded %v, want %v", got, want)
 	}
 
-	status := e.cli("status", "--user", "1", "--http-addr", b.http)
+	status := e.cli("status", "--user", "1", "--api-addr", b.api, "--api-token-file", b.token)
 	if !strings.Contains(status, `"status": "left"`) || !strings.Contains(status, fmt.Sprintf(`"left_at_ns": %d`, t0.Add(5*time.Second).UnixNano())) {
 		t.Fatalf("status printed:\n%s", status)
 	}
@@ -233,7 +248,22 @@ func TestBinaryEndToEnd(t *testing.T) {
 	}
 
 	e.cli(append([]string{"rejoin", "--user", "1", "--at-ns", fmt.Sprint(t0.Add(7 * time.Second).UnixNano()), "--wait"}, cmdFlags...)...)
-	status = e.cli("status", "--user", "1", "--http-addr", b.http)
+	status = e.cli("status", "--user", "1", "--api-addr", b.api, "--api-token-file", b.token)
+	// Who does not hold the token is refused, and the HTTP port (metrics,
+	// probes) does not serve the API at all.
+	wrong := filepath.Join(t.TempDir(), "wrong-token")
+	_ = os.WriteFile(wrong, []byte("guess\n"), 0o600)
+	refused, err := exec.Command(processorBinary(t), "status", "--user", "1", "--api-addr", b.api, "--api-token-file", wrong).CombinedOutput()
+	if err == nil || !strings.Contains(string(refused), "403 Forbidden") {
+		t.Errorf("status with a wrong token: %v\n%s", err, refused)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+b.http+"/v1/members/1", nil)
+	req.Header.Set("Authorization", "Bearer integration-token")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the HTTP port answers /v1/members/1: %v %v, want 404", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	if !strings.Contains(status, `"status": "active"`) || !strings.Contains(status, `"rejoined_at_ns"`) {
 		t.Fatalf("status after rejoin:\n%s", status)
 	}

@@ -441,8 +441,8 @@ func startToReady(ctx context.Context, o *scaleOptions, ps *procs, dir, name str
 	logPath := filepath.Join(o.workDir, name+".log")
 	printf("%s: starting %s (log %s)", name, o.processor, logPath)
 	t0 := time.Now()
-	c, err := ps.start(name, logPath, onLine, o.processor, "run", "--data-dir", dir, "--http-addr", httpAddr,
-		"--embedded-addr", kafkaAddr, "--log-level", "info")
+	c, err := ps.start(name, logPath, onLine, o.processor, "try", "--data-dir", dir, "--http-addr", httpAddr,
+		"--embedded-addr", kafkaAddr, "--api-addr=", "--log-level", "info")
 	if err != nil {
 		return run, err
 	}

@@ -168,6 +168,10 @@ func TestTableRow(t *testing.T) {
 // processor's /v1/members, as control-no-window-recovery does.
 func TestInstanceWindows(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer t0ken" { // the token of the data dir
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
 		switch r.URL.Path {
 		case "/v1/members/1":
 			fmt.Fprint(w, `{"user_id":1,"status":"left","left_at_ns":5,"history":[],"late_leaves":[{"left_at_ns":5,"forwarded_through_ns":9,"exact":true}]}`)
@@ -180,8 +184,11 @@ func TestInstanceWindows(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	in := &instance{name: "a"}
-	in.mu.http = strings.TrimPrefix(srv.URL, "http://")
+	in := &instance{name: "a", dir: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(in.dir, "api-token"), []byte("t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in.mu.api = strings.TrimPrefix(srv.URL, "http://")
 	ctx := context.Background()
 	for user, want := range map[uint64]int{1: 1, 2: 0, 3: 0} {
 		if n, err := in.windows(ctx, user); err != nil || n != want {

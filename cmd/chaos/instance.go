@@ -26,7 +26,7 @@ type instance struct {
 	bin     string
 	dir     string   // --data-dir, kept across restarts
 	logPath string   // stdout and stderr of every start
-	args    []string // flags of every start, without --data-dir and --http-addr
+	args    []string // flags of every start, without --data-dir, --http-addr and --api-addr
 	onExit  func(in *instance, unexpected bool, err error)
 
 	// mu guards the fields below, which change with each start.
@@ -34,6 +34,7 @@ type instance struct {
 		sync.Mutex
 		cmd      *exec.Cmd
 		http     string
+		api      string // --api-addr: /v1/, with the token the processor keeps in dir
 		exited   chan struct{} // closed when the current process has exited
 		expected bool          // we asked the current process to end
 		stopped  bool          // SIGSTOPped
@@ -54,7 +55,11 @@ func (in *instance) start() error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{"run", "--data-dir", in.dir, "--http-addr", addr}, in.args...)
+	api, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	args := append([]string{"run", "--data-dir", in.dir, "--http-addr", addr, "--api-addr", api}, in.args...)
 	args = append(args, in.mu.extra...)
 	logf, err := os.OpenFile(in.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -74,7 +79,7 @@ func (in *instance) start() error {
 		return fmt.Errorf("%s: unable to start %s: %w", in.name, in.bin, err)
 	}
 	exited := make(chan struct{})
-	in.mu.cmd, in.mu.http, in.mu.exited = cmd, addr, exited
+	in.mu.cmd, in.mu.http, in.mu.api, in.mu.exited = cmd, addr, api, exited
 	in.mu.expected, in.mu.stopped = false, false
 	go func() {
 		err := cmd.Wait()
@@ -220,13 +225,30 @@ func (in *instance) httpAddr() string {
 	return in.mu.http
 }
 
-// get fetches path from the instance's HTTP server.
+// get fetches path from the instance's HTTP server or, for the
+// membership API (/v1/), from its API listener with its bearer token.
 func (in *instance) get(ctx context.Context, path string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+in.httpAddr()+path, nil)
+	addr, token := in.httpAddr(), ""
+	if strings.HasPrefix(path, "/v1/") {
+		in.mu.Lock()
+		addr = in.mu.api
+		in.mu.Unlock()
+		// Created by the processor in its data dir at its first start
+		// (again after a wipe), read at each call.
+		b, err := os.ReadFile(filepath.Join(in.dir, "api-token"))
+		if err != nil {
+			return 0, nil, fmt.Errorf("the API token: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
 		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -65,7 +66,7 @@ type commandOptions struct {
 // receipt is on the changelog.
 func publish(ctx context.Context, op topics.Op, args []string, stdout, stderr io.Writer) error {
 	o := &commandOptions{}
-	f := newFlags(op.String(), fmt.Sprintf("Publish a %s command for one user to the commands topic.", op), stderr)
+	f := newFlags(op.String(), fmt.Sprintf("Publish a %s command for one user to the commands topic.", op), stdout)
 	f.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers (host:port)")
 	o.kafkaFlags.register(f)
 	f.StringVar(&o.user, "user", "", "user id, a decimal u64 (required)")
@@ -111,9 +112,9 @@ func publish(ctx context.Context, op topics.Op, args []string, stdout, stderr io
 
 func (o *commandOptions) command() (uint64, []client.CommandOpt, error) {
 	var errs []error
-	user, err := topics.ParseUserID([]byte(o.user))
+	user, err := parseUser(o.user)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("--user %q: want a decimal user id, e.g. --user=42", o.user))
+		errs = append(errs, err)
 	}
 	opts := []client.CommandOpt{client.RequestID(o.requestID)}
 	if o.atNs != "" {
@@ -145,12 +146,13 @@ func printRecord(w io.Writer, rec topics.MemberRecord) error {
 // with --brokers, reads the user's latest changelog record through
 // pkg/client.
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var addr, user string
+	var addr, tokenFile, user string
 	var k kafkaFlags
 	var timeout time.Duration
-	f := newFlags("status", "Print a user's membership record: as the running processor at --http-addr knows it or,\n"+
-		"with --brokers, as the user's latest changelog record says.", stderr)
-	f.StringVar(&addr, "http-addr", "127.0.0.1:8080", "HTTP address of the running processor")
+	f := newFlags("status", "Print a user's membership record: as the membership API of the running processor at\n"+
+		"--api-addr knows it or, with --brokers, as the user's latest changelog record says.", stdout)
+	f.StringVar(&addr, "api-addr", "127.0.0.1:8081", "address of the running processor's membership API (its --api-addr)")
+	f.StringVar(&tokenFile, "api-token-file", filepath.Join("cohortgate-data", apiTokenFileName), "file holding the API's bearer token (the processor's --api-token-file; by default the one it creates in its --data-dir)")
 	f.StringVar(&user, "user", "", "user id, a decimal u64 (required)")
 	f.StringVar(&k.brokers, "brokers", "", "comma-separated seed brokers (host:port); set: read the changelog instead of asking --http-addr")
 	k.register(f)
@@ -158,9 +160,9 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	id, err := topics.ParseUserID([]byte(user))
+	id, err := parseUser(user)
 	if err != nil {
-		return fmt.Errorf("--user %q: want a decimal user id, e.g. --user=42", user)
+		return err
 	}
 	if timeout <= 0 {
 		return fmt.Errorf("--timeout %v: must be positive", timeout)
@@ -168,7 +170,7 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if k.brokers == "" {
-		return statusHTTP(ctx, addr, id, stdout)
+		return statusHTTP(ctx, addr, tokenFile, id, stdout)
 	}
 	c, err := k.client(ctx)
 	if err != nil {
@@ -182,16 +184,22 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return printRecord(stdout, rec)
 }
 
-// statusHTTP asks the processor at addr for the user's record.
-func statusHTTP(ctx context.Context, addr string, id uint64, stdout io.Writer) error {
+// statusHTTP asks the processor's API at addr for the user's record,
+// with the token in tokenFile.
+func statusHTTP(ctx context.Context, addr, tokenFile string, id uint64, stdout io.Writer) error {
+	token, err := readToken(tokenFile)
+	if err != nil {
+		return fmt.Errorf("--api-token-file: %w", err)
+	}
 	url := fmt.Sprintf("http://%s/v1/members/%d", addr, id)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("unable to reach the processor at --http-addr %s: %w", addr, err)
+		return fmt.Errorf("unable to reach the processor's membership API at --api-addr %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

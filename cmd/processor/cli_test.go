@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -27,15 +29,15 @@ func freePort(t *testing.T) string {
 }
 
 // TestCommands drives `processor leave|rejoin|status` against `processor
-// run` with its embedded broker, all in this process: the commands are
+// try` (its embedded broker), all in this process: the commands are
 // thin wrappers of pkg/client, and print what they printed before.
 func TestCommands(t *testing.T) {
-	kafka, web := freePort(t), freePort(t)
+	kafka, web, api, dataDir := freePort(t), freePort(t), freePort(t), t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- dispatch(ctx, []string{"run", "--embedded-addr", kafka, "--http-addr", web,
-			"--data-dir", t.TempDir(), "--grace", "10ms", "--log-level", "warn"}, io.Discard, io.Discard)
+		done <- dispatch(ctx, []string{"try", "--embedded-addr", kafka, "--http-addr", web, "--api-addr", api,
+			"--data-dir", dataDir, "--grace", "10ms", "--log-level", "warn"}, io.Discard, io.Discard)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -67,6 +69,17 @@ func TestCommands(t *testing.T) {
 		}
 	}
 
+	// The build and the mode, on the metrics endpoint.
+	resp, err := http.Get("http://" + web + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^cohortgate_build_info\{embedded="true",go="go[^"]+",revision="[^"]+",version="[^"]+"\} 1$`).Match(metrics) {
+		t.Errorf("/metrics has no cohortgate_build_info of an embedded run:\n%s", grepLines(metrics, "build_info"))
+	}
+
 	cli := func(args ...string) string {
 		t.Helper()
 		var out, errs bytes.Buffer
@@ -86,7 +99,7 @@ func TestCommands(t *testing.T) {
 		t.Errorf("leave --wait receipt: %+v, %v:\n%s", rec, err, out)
 	}
 
-	viaHTTP := cli("status", "--user", "42", "--http-addr", web)
+	viaHTTP := cli("status", "--user", "42", "--api-addr", api, "--api-token-file", filepath.Join(dataDir, apiTokenFileName))
 	viaKafka := cli("status", "--user", "42", "--brokers", kafka)
 	for name, got := range map[string]string{"http": viaHTTP, "changelog": viaKafka} {
 		if !strings.Contains(got, `"status": "left"`) || !strings.Contains(got, fmt.Sprintf(`"left_at_ns": %d`, at)) {
@@ -127,4 +140,15 @@ func TestCommandFlags(t *testing.T) {
 			}
 		}
 	}
+}
+
+// grepLines is the lines of b that contain s.
+func grepLines(b []byte, s string) string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -33,7 +33,7 @@ func startEmbedded(addr, dir string) (*kfake.Cluster, error) {
 	)
 	if err != nil {
 		return nil, fmt.Errorf("unable to start the embedded broker on %s (is another broker or processor using the port? "+
-			"set --brokers to use it, or --embedded-addr to pick another port): %w", addr, err)
+			"processor run --brokers=%s uses it; --embedded-addr picks another port): %w", addr, addr, err)
 	}
 	return c, nil
 }

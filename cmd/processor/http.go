@@ -21,18 +21,17 @@ type view interface {
 	Partitions() []fanout.PartitionStatus
 }
 
-// newHandler routes the operational endpoints:
+// newOpsHandler routes the operational endpoints, for Prometheus and the
+// orchestrator's probes (--http-addr):
 //
 //	GET /metrics                 Prometheus text format
 //	GET /healthz                 200 while the process serves
 //	GET /readyz                  200 once state is restored, the group has assigned this instance its partitions and each caught up, else 503 and why
-//	GET /v1/members/{user_id}    the user's record, as the changelog carries it
-//	GET /v1/partitions           owned partitions: restoring or forwarding, how long an open transaction holds its commands, and each input's next offset
 //	/debug/pprof/...             Go's profiler, only when withPprof is set
 //
-// Nothing here authenticates its caller: the server binds to loopback by
-// default, and pprof is off unless asked for.
-func newHandler(reg prometheus.Gatherer, v view, withPprof bool) http.Handler {
+// It serves no personal data: the membership API is on its own listener
+// (newAPIHandler), so whoever may scrape metrics may not ask who left.
+func newOpsHandler(reg prometheus.Gatherer, v view, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
 	if withPprof {
 		// The handlers net/http/pprof registers on the default mux, on ours.
@@ -54,6 +53,16 @@ func newHandler(reg prometheus.Gatherer, v view, withPprof bool) http.Handler {
 		}
 		fmt.Fprintln(w, why)
 	})
+	return mux
+}
+
+// newAPIHandler routes the membership API (--api-addr), every route
+// behind auth:
+//
+//	GET /v1/members/{user_id}    the user's record, as the changelog carries it
+//	GET /v1/partitions           owned partitions: restoring or forwarding, how long an open transaction holds its commands, and each input's next offset
+func newAPIHandler(v view, auth *bearer) http.Handler {
+	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/members/{user_id}", func(w http.ResponseWriter, r *http.Request) {
 		id, err := topics.ParseUserID([]byte(r.PathValue("user_id")))
 		if err != nil {
@@ -82,7 +91,13 @@ func newHandler(reg prometheus.Gatherer, v view, withPprof bool) http.Handler {
 		}
 		writeJSON(w, out)
 	})
-	return mux
+	// The routes are matched before auth runs, so that the audit log
+	// names the route; an unknown path is refused like a known one.
+	guarded := auth.wrap(mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, r.Pattern = mux.Handler(r)
+		guarded.ServeHTTP(w, r)
+	})
 }
 
 // partitionJSON is one partition of /v1/partitions.

@@ -31,10 +31,13 @@ import (
 // runOptions are the flags of `processor run`.
 type runOptions struct {
 	brokers        string
+	embedded       bool // try: serve the embedded broker; never set by a flag of run
 	embeddedAddr   string
 	group          string
 	dataDir        string
 	httpAddr       string
+	apiAddr        string
+	apiTokenFile   string
 	topics         topicFlags
 	routes         routeFlags
 	partitions     int
@@ -118,18 +121,47 @@ func (o *runOptions) topicSet() topics.Set {
 	return s
 }
 
-const runSynopsis = `Consume engagement signals and membership commands, forward the signals of
-users who have not left to the cohort topic, and record every leave durably.
-With no --brokers it serves an embedded Kafka-protocol broker for trying it out.`
+const runSynopsis = `Consume engagement signals and membership commands from the Kafka cluster
+at --brokers, forward the signals of users who have not left to the cohort
+topic, and record every leave durably. To try cohortgate out without a cluster, use
+processor try (make run): it serves an embedded broker.`
 
-func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
-	o := &runOptions{}
-	f := newFlags("run", runSynopsis, stderr)
-	f.StringVar(&o.brokers, "brokers", "", "comma-separated seed brokers (host:port); empty: start an embedded broker on --embedded-addr (trying out only, never production)")
-	f.StringVar(&o.embeddedAddr, "embedded-addr", "127.0.0.1:9092", "address of the embedded broker when --brokers is empty")
+const trySynopsis = `Run the processor on an embedded Kafka-protocol broker (franz-go's kfake)
+at --embedded-addr, for trying cohortgate out: never production. Its log
+stays in --data-dir. For a real cluster, use processor run --brokers=….`
+
+// modeName is the command of a mode: try serves the embedded broker, run
+// needs brokers.
+func modeName(embedded bool) string {
+	if embedded {
+		return "try"
+	}
+	return "run"
+}
+
+// defineRun defines the flags of run (embedded false) or try on f. Only
+// run has --brokers and the Kafka security flags; only try has
+// --embedded-addr: neither mode can be reached with the other's flags.
+func defineRun(f *flags, o *runOptions, embedded bool) {
+	o.embedded = embedded
+	if embedded {
+		f.StringVar(&o.embeddedAddr, "embedded-addr", "127.0.0.1:9092", "address of the embedded broker (loopback only)")
+	} else {
+		f.StringVar(&o.brokers, "brokers", "", "comma-separated seed brokers (host:port), required; for an embedded broker use processor try")
+	}
 	f.StringVar(&o.group, "group", fanout.DefaultGroup, "consumer group of the signals topic")
-	f.StringVar(&o.dataDir, "data-dir", "cohortgate-data", "directory of the local membership store (and of the embedded broker's log)")
-	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz, /readyz and /v1/members/{user_id}")
+	dataDirUsage := "directory of the local membership store"
+	if embedded {
+		dataDirUsage += " and of the embedded broker's log"
+	}
+	f.StringVar(&o.dataDir, "data-dir", "cohortgate-data", dataDirUsage)
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz and /readyz (and /debug/pprof/ with --pprof): for Prometheus and probes; no personal data")
+	apiDefault, apiUsage := "", "address of the membership API (/v1/members/{user_id}, /v1/partitions), which needs the bearer token of --api-token-file; empty: not served"
+	if embedded {
+		apiDefault = "127.0.0.1:8081"
+	}
+	f.StringVar(&o.apiAddr, "api-addr", apiDefault, apiUsage)
+	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the bearer token of the membership API, read on every request; empty: --data-dir/"+apiTokenFileName+", created with a random token when absent")
 	o.topics.register(f)
 	f.Var(&o.routes, "route", "a gated path IN=OUT, repeatable: signals of topic IN are forwarded to OUT; every IN is co-partitioned with the commands. "+
 		"The first replaces --signals-topic and --cohort-topic; none: one route, --signals-topic to --cohort-topic")
@@ -153,7 +185,21 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-addr (keep --http-addr private)")
-	o.security.RegisterFlags(f.FlagSet)
+	if !embedded {
+		o.security.RegisterFlags(f.FlagSet)
+	}
+}
+
+// parseRun parses the flags of run (embedded false) or try; --help
+// writes the usage to help.
+func parseRun(args []string, embedded bool, help io.Writer) (*runOptions, error) {
+	o := &runOptions{}
+	synopsis := runSynopsis
+	if embedded {
+		synopsis = trySynopsis
+	}
+	f := newFlags(modeName(embedded), synopsis, help)
+	defineRun(f, o, embedded)
 	if err := f.parse(args); err != nil {
 		return nil, err
 	}
@@ -166,6 +212,10 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 func (o *runOptions) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !o.embedded && strings.TrimSpace(o.brokers) == "" {
+		bad("--brokers: required: name your Kafka cluster with --brokers=kafka-1:9092,kafka-2:9092 (or %s); "+
+			"to try cohortgate out on an embedded broker instead, use processor try (make run)", envName("brokers"))
+	}
 	for _, b := range cmdline.List(o.brokers) {
 		if _, _, err := net.SplitHostPort(b); err != nil {
 			bad("--brokers: %q is not host:port (e.g. --brokers=kafka-1:9092,kafka-2:9092)", b)
@@ -176,6 +226,13 @@ func (o *runOptions) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.httpAddr); err != nil {
 		bad("--http-addr: %q is not host:port (e.g. --http-addr=127.0.0.1:8080)", o.httpAddr)
+	}
+	if o.apiAddr != "" {
+		if _, port, err := net.SplitHostPort(o.apiAddr); err != nil {
+			bad("--api-addr: %q is not host:port (e.g. --api-addr=127.0.0.1:8081)", o.apiAddr)
+		} else if o.apiAddr == o.httpAddr && port != "0" {
+			bad("--api-addr: %q is also --http-addr: the membership API gets a listener of its own, apart from metrics and probes", o.apiAddr)
+		}
 	}
 	d := topics.Defaults()
 	if len(o.routes) > 0 && (o.topics.signals != string(d.Signals) || o.topics.cohort != string(d.Cohort)) {
@@ -215,11 +272,10 @@ func (o *runOptions) validate() error {
 	if o.logFormat != "text" && o.logFormat != "json" {
 		bad("--log-format: %q must be text or json", o.logFormat)
 	}
-	if err := o.security.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if o.brokers == "" && (o.security.TLS || o.security.Mechanism != kafkasec.NoSASL) {
-		bad("--brokers: the --kafka-tls* and --kafka-sasl* flags need --brokers; the embedded broker speaks plaintext only")
+	if !o.embedded {
+		if err := o.security.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -241,9 +297,9 @@ func newLogger(o *runOptions, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, ho))
 }
 
-// run is `processor run`.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseRun(args, stderr)
+// run is `processor run` and, embedded, `processor try`.
+func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Writer) error {
+	o, err := parseRun(args, embedded, stdout)
 	if err != nil {
 		return err
 	}
@@ -255,9 +311,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Warn("--" + kafkasec.FlagPassword + " is visible in the process list: prefer " + envName(kafkasec.FlagPassword) +
 			" or --" + kafkasec.FlagPasswordFile)
 	}
-	if !isLoopback(o.httpAddr) {
-		log.Warn("--http-addr is not a loopback address: /metrics, /v1/members and /v1/partitions are served without authentication to whoever reaches it",
-			"http_addr", o.httpAddr, "pprof", o.pprof)
+	if !isLoopback(o.httpAddr) && o.pprof {
+		log.Warn("--pprof with --http-addr not a loopback address: the profiler is served without authentication to whoever reaches it",
+			"http_addr", o.httpAddr)
 	}
 	if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir %s: %w", o.dataDir, err)
@@ -268,7 +324,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(brokers) > 0 {
+	if !o.embedded {
 		// A wrong TLS or SASL setting would otherwise surface as EOFs
 		// and retries deep inside the pipeline.
 		if err := o.security.Check(ctx, brokers); err != nil {
@@ -283,7 +339,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
-		log.Info("no --brokers given: serving an embedded Kafka-protocol broker for trying out (not for production)",
+		log.Info("processor try: serving an embedded Kafka-protocol broker for trying out (not for production)",
 			"addr", strings.Join(brokers, ","), "log_dir", dir)
 	}
 
@@ -295,7 +351,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log, NoSync: o.unsafeNoSync})
 	if err != nil {
-		return fmt.Errorf("unable to open the membership store in --data-dir %s: %w", o.dataDir, err)
+		return storeOpenError(o.dataDir, err)
 	}
 	defer store.Close()
 
@@ -316,6 +372,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg, thisBuild(), o.embedded)
 	kmetrics := kprom.NewMetrics("cohortgate_kafka", kprom.Registerer(reg), kprom.Gatherer(reg), kprom.WithClientLabel())
 
 	proc, err := fanout.New(fanout.Config{
@@ -346,27 +403,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Registerer:   reg,
 	}, store)
 	if err != nil {
-		return err
+		return runError(o, err)
 	}
 
 	writeTimeout := 30 * time.Second
 	if o.pprof {
 		writeTimeout = 2 * time.Minute // room for a default 30s CPU profile or trace
 	}
-	srv, err := serveHTTP(o.httpAddr, newHandler(reg, proc, o.pprof), writeTimeout, log)
+	srv, err := serveHTTP("--http-addr", o.httpAddr, newOpsHandler(reg, proc, o.pprof), writeTimeout, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	defer shutdown(ctx, srv)
+	apiURL := "off (no --api-addr)"
+	if o.apiAddr != "" {
+		tokenFile, err := ensureToken(o.apiTokenFile, o.dataDir)
+		if err != nil {
+			return err
+		}
+		auth := &bearer{tokenFile: tokenFile, log: log, limit: newLogLimiter(time.Second)}
+		api, err := serveHTTP("--api-addr", o.apiAddr, newAPIHandler(proc, auth), 30*time.Second, log)
+		if err != nil {
+			return err
+		}
+		defer shutdown(ctx, api)
+		apiURL = "http://" + o.apiAddr + " (bearer token in " + tokenFile + ")"
+	}
 
-	log.Info("cohortgate processor starting", "brokers", strings.Join(brokers, ","), "group", o.group,
-		"data_dir", o.dataDir, "http", "http://"+o.httpAddr, "exactly_once", o.exactlyOnce, "grace", o.grace.String())
+	log.Info("cohortgate processor starting", "version", thisBuild().Version, "revision", thisBuild().Revision, "brokers", strings.Join(brokers, ","), "group", o.group,
+		"data_dir", o.dataDir, "http", "http://"+o.httpAddr, "api", apiURL, "exactly_once", o.exactlyOnce, "grace", o.grace.String())
 	if err := proc.Run(ctx); err != nil {
-		return err
+		return runError(o, err)
 	}
 	log.Info("stopped cleanly")
 	return nil
@@ -396,11 +463,18 @@ func instanceID(dataDir string) (string, error) {
 	return id, nil
 }
 
-// serveHTTP serves the operational endpoints until Shutdown.
-func serveHTTP(addr string, h http.Handler, writeTimeout time.Duration, log *slog.Logger) (*http.Server, error) {
+// shutdown stops srv, giving its requests 5s.
+func shutdown(ctx context.Context, srv *http.Server) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+}
+
+// serveHTTP serves h on addr (the value of flag) until Shutdown.
+func serveHTTP(flag, addr string, h http.Handler, writeTimeout time.Duration, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
+		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
 	}
 	srv := &http.Server{
 		Handler:           h,

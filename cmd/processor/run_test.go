@@ -17,7 +17,7 @@ import (
 // environment variable and default.
 func TestRunHelp(t *testing.T) {
 	var out bytes.Buffer
-	if _, err := parseRun([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+	if _, err := parseRun([]string{"--help"}, false, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("parseRun(--help) = %v, want flag.ErrHelp", err)
 	}
 	help := out.String()
@@ -61,10 +61,9 @@ func TestRunValidate(t *testing.T) {
 		{"bad log level and format", []string{"--log-level", "loud", "--log-format", "xml"}, nil,
 			[]string{"--log-level:", "--log-format:"}},
 		{"session timeout", []string{"--session-timeout", "10ms"}, nil, []string{"--session-timeout:"}},
-		{"sasl without brokers", []string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-user", "u", "--kafka-sasl-password", "p"}, nil,
-			[]string{"--brokers:"}},
+		{"no brokers", nil, nil, []string{"--brokers: required"}},
 		{"unknown mechanism", []string{"--brokers", "k:9092", "--kafka-sasl-mechanism", "GSSAPI"}, nil,
-			[]string{"invalid value"}},
+			[]string{`--kafka-sasl-mechanism "GSSAPI": "GSSAPI" is not PLAIN`}},
 		{"bad env", nil, map[string]string{"COHORTGATE_GRACE": "soon"}, []string{"COHORTGATE_GRACE="}},
 		{"http addr", []string{"--http-addr", "8080"}, nil, []string{"--http-addr:"}},
 		{"route without =", []string{"--route", "a.b"}, nil, []string{`route "a.b" has no "="`}},
@@ -76,7 +75,11 @@ func TestRunValidate(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			_, err := parseRun(append([]string{"--data-dir", t.TempDir()}, tc.args...), io.Discard)
+			args := append([]string{"--data-dir", t.TempDir()}, tc.args...)
+			if tc.name != "no brokers" && tc.name != "bad broker" {
+				args = append([]string{"--brokers", "k:9092"}, args...)
+			}
+			_, err := parseRun(args, false, io.Discard)
 			if err == nil {
 				t.Fatal("parseRun accepted it")
 			}
@@ -95,8 +98,11 @@ func TestRunValidate(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parseRun([]string{"--data-dir", t.TempDir()}, io.Discard); err != nil {
+	if _, err := parseRun([]string{"--data-dir", t.TempDir(), "--brokers", "k:9092"}, false, io.Discard); err != nil {
 		t.Errorf("defaults rejected: %v", err)
+	}
+	if _, err := parseRun([]string{"--data-dir", t.TempDir()}, true, io.Discard); err != nil {
+		t.Errorf("try's defaults rejected: %v", err)
 	}
 }
 
@@ -113,12 +119,12 @@ func TestRunRoutes(t *testing.T) {
 			t.Errorf("%s: routes %v, want %v", name, got, want)
 		}
 	}
-	o, err := parseRun([]string{"--data-dir", t.TempDir(), "--route", want[0].String(), "--route", want[1].String()}, io.Discard)
+	o, err := parseRun([]string{"--data-dir", t.TempDir(), "--route", want[0].String(), "--route", want[1].String()}, true, io.Discard)
 	check("flags", o, err)
 	t.Setenv("COHORTGATE_ROUTES", want[0].String()+", "+want[1].String())
-	o, err = parseRun([]string{"--data-dir", t.TempDir()}, io.Discard)
+	o, err = parseRun([]string{"--data-dir", t.TempDir()}, true, io.Discard)
 	check("COHORTGATE_ROUTES", o, err)
-	o, err = parseRun([]string{"--data-dir", t.TempDir(), "--route", "x=y"}, io.Discard)
+	o, err = parseRun([]string{"--data-dir", t.TempDir(), "--route", "x=y"}, true, io.Discard)
 	if err != nil || len(o.topicSet().AllRoutes()) != 1 {
 		t.Errorf("a --route flag wins over COHORTGATE_ROUTES: %v, %v", o.topicSet().AllRoutes(), err)
 	}
