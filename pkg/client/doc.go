@@ -21,8 +21,11 @@
 //     elsewhere (the processor re-publishes such a record to its key's
 //     partition, and the command counts only from then).
 //   - Every command carries a request_id: the caller's ([RequestID]) or a
-//     random one. The processor echoes it into the changelog, and
-//     [Client.WaitReceipt] matches on it.
+//     random one. The processor echoes it into the changelog.
+//   - A receipt belongs to exactly one command: [Client.WaitReceipt]
+//     returns the changelog record (or DLQ record) that names the
+//     command's own topic, partition and offset, never one of an earlier
+//     command with the same request id.
 //
 // # Boundaries and clocks
 //
