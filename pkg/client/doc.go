@@ -50,8 +50,9 @@
 // record timestamp on — the processor stamps a command's changelog record,
 // and its DLQ copy, with the command's own record timestamp, so the topics
 // must keep producers' timestamps (CreateTime, Kafka's default) — until the
-// record that follows the command appears. [Client.Status] reads the
-// latest changelog record of a user. Both read with a client of their own,
+// record that follows the command appears. [Client.Status] reads every
+// changelog partition and returns the user's record that follows its
+// latest command. Both read with a client of their own,
 // read_committed, made from the same connection settings and closed before
 // they return, so they may run concurrently with each other and with
 // publishes.
