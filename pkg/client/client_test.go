@@ -182,6 +182,8 @@ func TestLeaveRecord(t *testing.T) {
 		{"request id and boundary", 18446744073709551615, "leave", []client.CommandOpt{client.RequestID(`r "1"`), client.At(at)},
 			`{"op":"leave","user_id":18446744073709551615,"at_ns":` + strconv.FormatInt(at.UnixNano(), 10) + `,"request_id":"r \"1\""}`},
 		{"rejoin", 0, "rejoin", []client.CommandOpt{client.RequestID("x")}, `{"op":"rejoin","user_id":0,"request_id":"x"}`},
+		{"intent", 9, "leave", []client.CommandOpt{client.Intent("job-1", at)},
+			`{"op":"leave","user_id":9,"at_ns":` + strconv.FormatInt(at.UnixNano(), 10) + `,"request_id":"job-1"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			publish := c.Leave
@@ -261,6 +263,11 @@ func TestBoundaryRefused(t *testing.T) {
 				t.Errorf("Leave(At %v) = %v, want an error naming the user and %s", tc.at, err, tc.want)
 			}
 		})
+	}
+	for _, bad := range []client.CommandOpt{client.Intent("", now), client.Intent("k", time.Time{})} {
+		if _, err := c.Leave(ctx, 5, bad); err == nil || !strings.Contains(err.Error(), "Intent") {
+			t.Errorf("Leave with an Intent without a key or a time = %v, want an error naming Intent", err)
+		}
 	}
 	// The record timestamp is the clock in ms: the bound is from there.
 	if _, err := c.Leave(ctx, 5, client.At(now.Truncate(time.Millisecond).Add(client.MaxAhead))); err != nil {

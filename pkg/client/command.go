@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -33,11 +34,22 @@ type commandCfg struct {
 	requestID string
 	at        time.Time
 	hasAt     bool
+	err       error // an option given wrong, reported by the publish
 }
 
 // RequestID sets the command's request_id, echoed into the changelog; at
 // most [topics.MaxRequestIDBytes] bytes of UTF-8. Empty, or not given: a
 // random one.
+//
+// A request id names one intent — one decision that this user leaves, or
+// rejoins — and is reused only to retry that same intent, always with the
+// same [At]: the processor takes a command's identity to be (op, user,
+// boundary, request id) and applies an identity once, so a retry with the
+// same request id and boundary is a no-op, while the same request id with
+// a new boundary is a new command. A request id shared by two intents
+// makes the second one a re-delivery of the first when their boundaries
+// meet (a leave, a rejoin and a leave again in one millisecond: the last
+// leave changes nothing). [Intent] sets both from a key of the caller's.
 func RequestID(id string) CommandOpt {
 	return commandOpt(func(c *commandCfg) { c.requestID = id })
 }
@@ -49,6 +61,32 @@ func RequestID(id string) CommandOpt {
 // epoch.
 func At(t time.Time) CommandOpt {
 	return commandOpt(func(c *commandCfg) { c.at, c.hasAt = t, true })
+}
+
+// Intent gives a command the identity of one decision of the caller's:
+// request id key, boundary at. It is the way to retry: keep key and at
+// with the decision (a ticket, a job, a row in the caller's database) and
+// publish with the same Intent as often as it takes — after a timeout, a
+// crash, a redeploy — and the processor applies the command once; every
+// later copy's receipt says "duplicate": true. A job that makes many users
+// leave may use one Intent for all of them: the identity includes the op
+// and the user.
+//
+// key must be non-empty and at most [topics.MaxRequestIDBytes] bytes of
+// UTF-8; at is when the decision took effect (its boundary, see [At]), not
+// when it is published, so it stays the same on every retry. A new
+// decision about the same user — leaving again after a rejoin — takes a
+// new key.
+func Intent(key string, at time.Time) CommandOpt {
+	return commandOpt(func(c *commandCfg) {
+		switch {
+		case key == "":
+			c.err = errors.New("Intent: empty key: a retry must name the decision it repeats")
+		case at.IsZero():
+			c.err = fmt.Errorf("Intent %q: zero time: the boundary must be the decision's, the same on every retry", key)
+		}
+		c.requestID, c.at, c.hasAt = key, at, true
+	})
 }
 
 // Published is a command Kafka acknowledged: what [Client.WaitReceipt]
@@ -113,6 +151,9 @@ func (c *Client) publish(ctx context.Context, op topics.Op, userID uint64, opts 
 		opt.applyCommand(&o)
 	}
 	what := fmt.Sprintf("%s of user %d", op, userID)
+	if o.err != nil {
+		return Published{}, fmt.Errorf("client: %s: %w", what, o.err)
+	}
 	// The record timestamp, as Kafka keeps it: the boundary when there is
 	// no at_ns, and what an explicit one is checked against.
 	stamp := time.UnixMilli(c.now().UnixMilli())

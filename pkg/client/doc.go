@@ -4,10 +4,41 @@
 // processor itself is pkg/fanout.
 //
 //	c, err := client.New(client.Brokers("kafka-1:9092"))
-//	...
-//	sent, err := c.Leave(ctx, 42)                 // acknowledged by Kafka
-//	rec, err := c.WaitReceipt(ctx, sent)          // applied by the processor
-//	fmt.Println(rec.Status, *rec.LeftAtNs)        // left 1764633600000000000
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer c.Close()
+//
+//	// One decision: user 42 leaves, as ticket 4711 asked, from when it was
+//	// decided. Keep the key and the time with the decision.
+//	decidedAt := time.Now().Add(-time.Second)
+//	intent := client.Intent("ticket-4711", decidedAt)
+//
+//	// Published twice (a retry after a timeout, a crash, a redeploy), it
+//	// is applied once.
+//	for range 2 {
+//		sent, err := c.Leave(ctx, 42, intent)
+//		if err != nil {
+//			log.Fatal(err) // safe to retry with the same intent
+//		}
+//		rec, err := c.WaitReceipt(ctx, sent)
+//		if err != nil {
+//			log.Fatal(err) // a *client.RefusedError if the processor refused it
+//		}
+//		fmt.Println(rec.Status, "changed:", rec.Command.Changed, "duplicate:", rec.Command.Duplicate)
+//		// LeftAtNs is nil while the user is active, and Receipt is nil on
+//		// a record that follows no command: check before reading them.
+//		if rec.LeftAtNs != nil && rec.Receipt != nil {
+//			fmt.Println("left from the decision:", *rec.LeftAtNs == uint64(decidedAt.UnixNano()),
+//				"signals partition:", rec.Receipt.SignalsPartition)
+//		}
+//	}
+//
+// This is ExampleIntent of the package's example_test.go, kept equal to it
+// by a test; it runs, with the other examples, in the package's tests
+// against an embedded broker and processor. go doc -all prints this
+// package documentation; go doc -http, or the package's page on a Go
+// documentation site, shows every runnable example.
 //
 // # What it gets right by construction
 //
@@ -38,11 +69,19 @@
 // it, which the processor would dead-letter (command_future_skew), or one
 // before the Unix epoch.
 //
+// # Retrying safely
+//
 // A command's identity is (op, user, boundary, request id): the processor
-// applies it once, and a copy published again changes nothing. To retry a
-// command safely after a crash of the publisher, give it the same
-// [RequestID] and [At] again; a retry inside one [Client.Leave] call is the
-// idempotent producer's business and never duplicates.
+// applies it once, and a copy published again changes nothing but says
+// so ("duplicate": true in its receipt). A request id names one intent,
+// and is reused only to retry that same intent, with the same boundary:
+// the same request id with another boundary is another command, and one
+// request id shared by two intents (leave, rejoin, leave again) makes the
+// later a re-delivery of the earlier when their boundaries meet. [Intent]
+// derives both from a key of the caller's — a ticket, a job id — and the
+// time the decision took effect: keep the two with the decision, and
+// publish with the same Intent to retry. A retry inside one [Client.Leave]
+// call is the idempotent producer's business and never duplicates.
 //
 // # Reading back
 //
