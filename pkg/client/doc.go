@@ -85,16 +85,26 @@
 //
 // # Reading back
 //
-// [Client.WaitReceipt] reads the changelog (and the DLQ) from the command's
-// record timestamp on — the processor stamps a command's changelog record,
-// and its DLQ copy, with the command's own record timestamp, so the topics
-// must keep producers' timestamps (CreateTime, Kafka's default) — until the
-// record that follows the command appears. [Client.Status] reads every
-// changelog partition and returns the user's record that follows its
-// latest command. Both read with a client of their own,
-// read_committed, made from the same connection settings and closed before
-// they return, so they may run concurrently with each other and with
-// publishes.
+// The processor stamps a command's changelog record, and its DLQ copy,
+// with the command's own record timestamp, so the topics must keep
+// producers' timestamps (CreateTime, Kafka's default). A Client has one
+// receipt watcher: started by the first receipt waited for, it tails the
+// changelog and the DLQ (read_committed, every partition, partitions
+// added later included) from that command's timestamp on, and completes
+// every waiter ([Client.WaitReceipt], [Client.ReceiptAsync],
+// [Client.ApplyBatch]) by the position of its command. A command stamped
+// before the watcher's start, one whose answer it has forgotten
+// ([Unclaimed]), or a misrouted one is looked for by a scan of its own.
+// [Client.Status] reads every changelog partition and returns the user's
+// record that follows its latest command.
+//
+// # In bulk
+//
+// [Client.PublishAsync] publishes without waiting (a callback per
+// command); [Client.PublishBatch] and [Client.ApplyBatch] publish a slice
+// of [Request], pipelined, the latter with every receipt. [Hooks] counts
+// what the client sends and how long receipts take; [KafkaHooks] gives
+// franz-go hooks (kprom) to every Kafka client it makes.
 //
 // A Client is safe for concurrent use. Close it when done; a caller's
 // *kgo.Client is left open.

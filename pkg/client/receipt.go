@@ -65,12 +65,93 @@ func (e *RefusedError) Unwrap() error { return &topics.Error{Reason: e.Reason, D
 // It waits until ctx is done, or [DefaultWait] when ctx has no deadline,
 // and then says what it did not find.
 func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRecord, error) {
+	type result struct {
+		rec topics.MemberRecord
+		err error
+	}
+	ch := make(chan result, 1)
+	c.ReceiptAsync(ctx, p, func(rec topics.MemberRecord, err error) { ch <- result{rec, err} })
+	r := <-ch
+	return r.rec, r.err
+}
+
+// ReceiptAsync is [Client.WaitReceipt] without blocking: done is called
+// once with what WaitReceipt would return, from the receipt watcher's
+// goroutine (or a goroutine of its own), and must not block. Waiting for
+// many receipts this way costs one map entry each: the Client's one
+// watcher tails the changelog and the DLQ and completes the waiters by
+// the position of their commands.
+//
+// The watcher starts at the first receipt waited for, reading from that
+// command's record timestamp on. A command stamped before that, or one
+// whose answer the watcher read before anyone waited for it and has since
+// forgotten ([Unclaimed]), or a misrouted one, is looked for by a scan of
+// its own, as exact and slower.
+func (c *Client) ReceiptAsync(ctx context.Context, p Published, done func(topics.MemberRecord, error)) {
 	what := describe(p)
 	if err := receiptable(p); err != nil {
-		return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
+		err = fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
+		c.onReceipt(p, err, 0)
+		done(topics.MemberRecord{}, err)
+		return
 	}
+	start := time.Now()
 	ctx, cancel := bounded(ctx)
-	defer cancel()
+	scan := func() {
+		go func() {
+			defer cancel()
+			rec, err := c.scanReceipt(ctx, p)
+			c.onReceipt(p, err, time.Since(start))
+			done(rec, err)
+		}()
+	}
+	key := topics.AppendUserID(nil, p.Command.UserID)
+	want, err := c.partitionOf(ctx, p.Topic, key, false)
+	if err != nil || want != p.Partition {
+		scan() // it checks the partition again, with a fresh count, and follows a misrouted command
+		return
+	}
+	w, err := c.watch(ctx, p.Timestamp)
+	if err != nil {
+		cancel()
+		err = fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
+		c.onReceipt(p, err, 0)
+		done(topics.MemberRecord{}, err)
+		return
+	}
+	if w == nil {
+		scan()
+		return
+	}
+	wt := &waiter{p: p, since: start}
+	wt.done = func(rec topics.MemberRecord, err error) {
+		cancel() // ends the AfterFunc below, which then finds wt completed
+		done(rec, err)
+	}
+	if !w.add(wt) {
+		scan()
+		return
+	}
+	context.AfterFunc(ctx, func() {
+		w.remove(wt)
+		wt.complete(c, answer{}, fmt.Errorf("client: no receipt for the %s on %s yet (is the processor running?): %w",
+			what, c.topics.Changelog, context.Cause(ctx)))
+	})
+}
+
+// onReceipt calls the receipt hooks.
+func (c *Client) onReceipt(p Published, err error, waited time.Duration) {
+	for _, h := range c.hooks {
+		if h, ok := h.(HookReceipt); ok {
+			h.OnReceipt(p, err, waited)
+		}
+	}
+}
+
+// scanReceipt looks for p's answer with a reader of its own, from
+// p.Timestamp on.
+func (c *Client) scanReceipt(ctx context.Context, p Published) (topics.MemberRecord, error) {
+	what := describe(p)
 	key := topics.AppendUserID(nil, p.Command.UserID)
 	want, err := c.partitionOf(ctx, p.Topic, key, false)
 	if err == nil && want != p.Partition {
@@ -100,7 +181,7 @@ func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRec
 		}
 		offsets[string(topic)] = from
 	}
-	rd, err := c.reader(kgo.ConsumePartitions(offsets))
+	rd, err := c.reader("", kgo.ConsumePartitions(offsets))
 	if err != nil {
 		return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
 	}
@@ -225,6 +306,17 @@ func (c *Client) readFrom(ctx context.Context, topic topics.Topic, t time.Time) 
 		return nil, fmt.Errorf("topic %s has no partitions (does it exist? the processor creates it at start)", topic)
 	}
 	return from, nil
+}
+
+// answersAny decodes changelog record r and returns the position of the
+// command it follows; ok is false for a record that follows no command or
+// does not decode.
+func answersAny(r *kgo.Record) (position, topics.MemberRecord, bool) {
+	id, err := topics.ParseUserID(r.Key)
+	if err != nil {
+		return position{}, topics.MemberRecord{}, false
+	}
+	return answers(r, id)
 }
 
 // answers decodes changelog record r of user and returns the position of

@@ -51,7 +51,7 @@ func (c *Client) Status(ctx context.Context, userID uint64) (topics.MemberRecord
 	if len(from) == 0 {
 		return latest, nil
 	}
-	rd, err := c.reader(
+	rd, err := c.reader("",
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{string(topic): from}),
 		kgo.KeepControlRecords(), // the last offset below the end may be a transaction marker
 	)
