@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -26,11 +28,19 @@ type Client struct {
 	topics topics.Set
 	now    func() time.Time
 
+	unclaimed  int
+	hooks      []Hook
+	kafkaHooks func(clientID string) []kgo.Hook
+	clientID   string
+	readers    atomic.Uint64 // readers made, to name each
+
 	mu struct {
 		sync.Mutex
 		// partitions caches each topic's partition count, to compute a
 		// key's partition; refreshed when a record lands elsewhere.
 		partitions map[topics.Topic]int
+		watcher    *watcher // started by the first receipt waited for
+		closed     bool
 	}
 }
 
@@ -48,6 +58,61 @@ type cfg struct {
 	kafka    *kgo.Client
 	topics   topics.Set
 	now      func() time.Time
+
+	unclaimed  int
+	hooks      []Hook
+	kafkaHooks func(clientID string) []kgo.Hook
+}
+
+// Hook is a callback of the client's own events, for the caller's
+// metrics: a value implementing any of [HookPublished] and
+// [HookReceipt]. Hooks are called synchronously, from the goroutine that
+// saw the event (franz-go's for asynchronous publishes, the receipt
+// watcher's for receipts): they must not block.
+type Hook any
+
+// HookPublished is called once per command published, with Kafka's
+// answer: err nil once acknowledged (a [*MisroutedError] counts as
+// acknowledged elsewhere), and took from the publish call to that answer.
+type HookPublished interface {
+	OnPublished(p Published, err error, took time.Duration)
+}
+
+// HookReceipt is called once per receipt waited for, with the answer:
+// err nil for a changelog record, a [*RefusedError] for a refusal, or
+// why there is none (the caller's context ended, the client closed).
+// waited runs from the start of the wait to the answer.
+type HookReceipt interface {
+	OnReceipt(p Published, err error, waited time.Duration)
+}
+
+// Hooks adds hooks of the client's own events ([HookPublished],
+// [HookReceipt]); a value implementing neither is refused. The client
+// keeps no metrics registry of its own: count with these.
+func Hooks(hs ...Hook) Opt {
+	return opt(func(c *cfg) { c.hooks = append(c.hooks, hs...) })
+}
+
+// KafkaHooks gives franz-go hooks (a kprom.Metrics, say) to every Kafka
+// client the Client makes: the producer New builds, the receipt watcher,
+// and the reader each [Client.Status] or scanning [Client.WaitReceipt]
+// makes. hooks is called once per client, before it is made, with the
+// client id it will have — the base id (KafkaOpts' kgo.ClientID, or
+// "cohortgate-client"), "-receipts" for the watcher and "-read-N" for the
+// N-th reader — and returns that client's hooks: a plugin such as kprom,
+// made for one client, gets one instance each (kprom.WithClientLabel
+// tells them apart; a closed client's collectors are unregistered). A
+// caller's [KafkaClient] keeps its own hooks; its readers get these.
+func KafkaHooks(hooks func(clientID string) []kgo.Hook) Opt {
+	return opt(func(c *cfg) { c.kafkaHooks = hooks })
+}
+
+// Unclaimed bounds how many of the answers it read the receipt watcher
+// keeps for waits that come later (default [DefaultUnclaimed], about 1 kB
+// each): a wait for a command whose answer was forgotten is served by a
+// scan of the changelog of its own, slower but as exact.
+func Unclaimed(n int) Opt {
+	return opt(func(c *cfg) { c.unclaimed = n })
 }
 
 // Brokers are the seed brokers, host:port, of the client New builds.
@@ -99,7 +164,7 @@ func Clock(now func() time.Time) Opt {
 // on a line of its own, and does not connect: the first publish or read
 // does.
 func New(opts ...Opt) (*Client, error) {
-	c := cfg{topics: topics.Defaults(), now: time.Now}
+	c := cfg{topics: topics.Defaults(), now: time.Now, unclaimed: DefaultUnclaimed}
 	for _, o := range opts {
 		o.apply(&c)
 	}
@@ -134,14 +199,24 @@ func New(opts ...Opt) (*Client, error) {
 	if c.now == nil {
 		bad("Clock: nil")
 	}
+	if c.unclaimed < 1 {
+		bad("Unclaimed: %d, want at least 1", c.unclaimed)
+	}
+	for i, h := range c.hooks {
+		_, pub := h.(HookPublished)
+		_, rec := h.(HookReceipt)
+		if !pub && !rec {
+			bad("Hooks: hook %d (%T) implements neither HookPublished nor HookReceipt", i, h)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 
-	cl := &Client{cl: c.kafka, topics: c.topics, now: c.now}
+	cl := &Client{cl: c.kafka, topics: c.topics, now: c.now, unclaimed: c.unclaimed, hooks: c.hooks, kafkaHooks: c.kafkaHooks}
 	cl.mu.partitions = make(map[topics.Topic]int)
 	if c.kafka != nil {
-		cl.base = readerOpts(c.kafka)
+		cl.base, cl.clientID = readerOpts(c.kafka)
 		return cl, nil
 	}
 	base := []kgo.Opt{kgo.SeedBrokers(c.brokers...), kgo.ClientID("cohortgate-client")}
@@ -153,19 +228,29 @@ func New(opts ...Opt) (*Client, error) {
 		base = append(base, sec...)
 	}
 	base = append(base, c.kgoOpts...)
+	if c.kafkaHooks != nil {
+		id := "cohortgate-client"
+		if probe, err := kgo.NewClient(base...); err == nil { // the id KafkaOpts may have set; makes no connection
+			id, _ = probe.OptValue(kgo.ClientID).(string)
+			probe.Close()
+		}
+		base = append(base, kgo.WithHooks(c.kafkaHooks(id)...))
+	}
 	k, err := kgo.NewClient(append([]kgo.Opt{kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil))}, base...)...)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	cl.cl, cl.own, cl.base = k, true, readerOpts(k)
+	cl.cl, cl.own = k, true
+	cl.base, cl.clientID = readerOpts(k)
 	return cl, nil
 }
 
 // readerOpts copies how cl connects — seed brokers, TLS or dialer, SASL,
-// client id, logger — and nothing else: a reader made from them consumes
-// only what it is told to, and shares no hooks with cl (a metrics plugin
-// such as kprom is made for one client).
-func readerOpts(cl *kgo.Client) []kgo.Opt {
+// logger — and nothing else, and returns its client id: a reader made
+// from them consumes only what it is told to, and shares no hooks with cl
+// (a metrics plugin such as kprom is made for one client: readers get
+// their own from [KafkaHooks]).
+func readerOpts(cl *kgo.Client) ([]kgo.Opt, string) {
 	seeds, _ := cl.OptValue(kgo.SeedBrokers).([]string)
 	opts := []kgo.Opt{kgo.SeedBrokers(seeds...)}
 	if tc, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config); tc != nil {
@@ -176,17 +261,24 @@ func readerOpts(cl *kgo.Client) []kgo.Opt {
 	if ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism); len(ms) > 0 {
 		opts = append(opts, kgo.SASL(ms...))
 	}
-	if id, _ := cl.OptValue(kgo.ClientID).(string); id != "" {
-		opts = append(opts, kgo.ClientID(id))
-	}
+	id, _ := cl.OptValue(kgo.ClientID).(string)
 	if l, _ := cl.OptValue(kgo.WithLogger).(kgo.Logger); l != nil {
 		opts = append(opts, kgo.WithLogger(l))
 	}
-	return opts
+	return opts, id
 }
 
-// Close closes the client New built; a caller's client stays open.
+// Close stops the receipt watcher, failing the waits still open, and
+// closes the client New built; a caller's client stays open. Publishes
+// and waits after Close fail.
 func (c *Client) Close() {
+	c.mu.Lock()
+	w := c.mu.watcher
+	c.mu.closed = true
+	c.mu.Unlock()
+	if w != nil {
+		w.close()
+	}
 	if c.own {
 		c.cl.Close()
 	}
@@ -223,9 +315,21 @@ func (c *Client) partitionOf(ctx context.Context, topic topics.Topic, key []byte
 }
 
 // reader returns a read_committed client of its own, made from the
-// connection options, that consumes as opts say.
-func (c *Client) reader(opts ...kgo.Opt) (*kgo.Client, error) {
-	all := append(append([]kgo.Opt{}, c.base...), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+// connection options, that consumes as opts say. role names it: its
+// client id is the base id and "-"+role, or "-read-N" when role is "".
+func (c *Client) reader(role string, opts ...kgo.Opt) (*kgo.Client, error) {
+	if role == "" {
+		role = "read-" + strconv.FormatUint(c.readers.Add(1), 10)
+	}
+	id := c.clientID
+	if id == "" {
+		id = "cohortgate-client"
+	}
+	id += "-" + role
+	all := append(append([]kgo.Opt{}, c.base...), kgo.ClientID(id), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if c.kafkaHooks != nil {
+		all = append(all, kgo.WithHooks(c.kafkaHooks(id)...))
+	}
 	cl, err := kgo.NewClient(append(all, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("unable to make a reader: %w", err)

@@ -182,6 +182,8 @@ func TestLeaveRecord(t *testing.T) {
 		{"request id and boundary", 18446744073709551615, "leave", []client.CommandOpt{client.RequestID(`r "1"`), client.At(at)},
 			`{"op":"leave","user_id":18446744073709551615,"at_ns":` + strconv.FormatInt(at.UnixNano(), 10) + `,"request_id":"r \"1\""}`},
 		{"rejoin", 0, "rejoin", []client.CommandOpt{client.RequestID("x")}, `{"op":"rejoin","user_id":0,"request_id":"x"}`},
+		{"intent", 9, "leave", []client.CommandOpt{client.Intent("job-1", at)},
+			`{"op":"leave","user_id":9,"at_ns":` + strconv.FormatInt(at.UnixNano(), 10) + `,"request_id":"job-1"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			publish := c.Leave
@@ -261,6 +263,11 @@ func TestBoundaryRefused(t *testing.T) {
 				t.Errorf("Leave(At %v) = %v, want an error naming the user and %s", tc.at, err, tc.want)
 			}
 		})
+	}
+	for _, bad := range []client.CommandOpt{client.Intent("", now), client.Intent("k", time.Time{})} {
+		if _, err := c.Leave(ctx, 5, bad); err == nil || !strings.Contains(err.Error(), "Intent") {
+			t.Errorf("Leave with an Intent without a key or a time = %v, want an error naming Intent", err)
+		}
 	}
 	// The record timestamp is the clock in ms: the bound is from there.
 	if _, err := c.Leave(ctx, 5, client.At(now.Truncate(time.Millisecond).Add(client.MaxAhead))); err != nil {
@@ -369,8 +376,8 @@ func TestWaitReceiptDeadline(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "nobody-listens") {
 		t.Fatalf("WaitReceipt = %v, want the deadline and the request id", err)
 	}
-	if _, err := c.WaitReceipt(ctx, client.Published{Timestamp: time.Now()}); err == nil || !strings.Contains(err.Error(), "request_id") {
-		t.Errorf("WaitReceipt without a request id = %v", err)
+	if _, err := c.WaitReceipt(ctx, client.Published{Timestamp: time.Now()}); err == nil || !strings.Contains(err.Error(), "position") {
+		t.Errorf("WaitReceipt without a position = %v", err)
 	}
 }
 
@@ -404,4 +411,65 @@ func TestCallersGroupClient(t *testing.T) {
 func asJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestReceiptIsTheCommands: a receipt answers the exact command waited
+// for, never an earlier one with the same request id. Leave, rejoin and
+// leave again with one request id, all stamped in the same millisecond:
+// the last leave's receipt is the record that names its own offset, and
+// says what the processor made of it, whatever that was.
+func TestReceiptIsTheCommands(t *testing.T) {
+	brokers := processor(t)
+	stamp := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	c := newClient(t, client.Brokers(brokers...), client.Clock(func() time.Time { return stamp }))
+	ctx := timeout(t, 60*time.Second)
+	const user = 91
+	var sent []client.Published
+	for _, publish := range []func(context.Context, uint64, ...client.CommandOpt) (client.Published, error){c.Leave, c.Rejoin, c.Leave} {
+		p, err := publish(ctx, user, client.RequestID("unsubscribe-91"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, p)
+	}
+	for i, p := range sent {
+		rec, err := c.WaitReceipt(ctx, p)
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+		if rec.Command == nil || rec.Command.Partition != p.Partition || rec.Command.Offset != p.Offset || rec.Command.Op != p.Command.Op.String() {
+			t.Fatalf("command %d (%s at offset %d): the receipt follows another command: %s", i, p.Command.Op, p.Offset, asJSON(rec))
+		}
+		// The record is reported as the processor wrote it: a restated
+		// state is a duplicate that changed nothing.
+		if rec.Command.Duplicate && rec.Command.Changed {
+			t.Errorf("command %d: a duplicate that changed the state: %s", i, asJSON(rec))
+		}
+	}
+}
+
+// TestMisroutedReceipt: a command Kafka put in the wrong partition is
+// answered through the copy the processor re-publishes to its key's
+// partition.
+func TestMisroutedReceipt(t *testing.T) {
+	brokers := processor(t)
+	kc, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	c := newClient(t, client.KafkaClient(kc))
+	ctx := timeout(t, 60*time.Second)
+	p, err := c.Leave(ctx, 42) // user 42 belongs in partition 4; the manual partitioner puts it in 0
+	var mis *client.MisroutedError
+	if !errors.As(err, &mis) {
+		t.Fatalf("Leave = %v, want a MisroutedError", err)
+	}
+	rec, err := c.WaitReceipt(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != "left" || rec.Command.Partition != mis.Want || rec.Command.RequestID != p.Command.RequestID {
+		t.Fatalf("receipt of a misrouted leave: %s; want it left, following the copy in partition %d", asJSON(rec), mis.Want)
+	}
 }

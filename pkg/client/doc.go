@@ -4,10 +4,41 @@
 // processor itself is pkg/fanout.
 //
 //	c, err := client.New(client.Brokers("kafka-1:9092"))
-//	...
-//	sent, err := c.Leave(ctx, 42)                 // acknowledged by Kafka
-//	rec, err := c.WaitReceipt(ctx, sent)          // applied by the processor
-//	fmt.Println(rec.Status, *rec.LeftAtNs)        // left 1764633600000000000
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer c.Close()
+//
+//	// One decision: user 42 leaves, as ticket 4711 asked, from when it was
+//	// decided. Keep the key and the time with the decision.
+//	decidedAt := time.Now().Add(-time.Second)
+//	intent := client.Intent("ticket-4711", decidedAt)
+//
+//	// Published twice (a retry after a timeout, a crash, a redeploy), it
+//	// is applied once.
+//	for range 2 {
+//		sent, err := c.Leave(ctx, 42, intent)
+//		if err != nil {
+//			log.Fatal(err) // safe to retry with the same intent
+//		}
+//		rec, err := c.WaitReceipt(ctx, sent)
+//		if err != nil {
+//			log.Fatal(err) // a *client.RefusedError if the processor refused it
+//		}
+//		fmt.Println(rec.Status, "changed:", rec.Command.Changed, "duplicate:", rec.Command.Duplicate)
+//		// LeftAtNs is nil while the user is active, and Receipt is nil on
+//		// a record that follows no command: check before reading them.
+//		if rec.LeftAtNs != nil && rec.Receipt != nil {
+//			fmt.Println("left from the decision:", *rec.LeftAtNs == uint64(decidedAt.UnixNano()),
+//				"signals partition:", rec.Receipt.SignalsPartition)
+//		}
+//	}
+//
+// This is ExampleIntent of the package's example_test.go, kept equal to it
+// by a test; it runs, with the other examples, in the package's tests
+// against an embedded broker and processor. go doc -all prints this
+// package documentation; go doc -http, or the package's page on a Go
+// documentation site, shows every runnable example.
 //
 // # What it gets right by construction
 //
@@ -21,8 +52,11 @@
 //     elsewhere (the processor re-publishes such a record to its key's
 //     partition, and the command counts only from then).
 //   - Every command carries a request_id: the caller's ([RequestID]) or a
-//     random one. The processor echoes it into the changelog, and
-//     [Client.WaitReceipt] matches on it.
+//     random one. The processor echoes it into the changelog.
+//   - A receipt belongs to exactly one command: [Client.WaitReceipt]
+//     returns the changelog record (or DLQ record) that names the
+//     command's own topic, partition and offset, never one of an earlier
+//     command with the same request id.
 //
 // # Boundaries and clocks
 //
@@ -35,23 +69,42 @@
 // it, which the processor would dead-letter (command_future_skew), or one
 // before the Unix epoch.
 //
+// # Retrying safely
+//
 // A command's identity is (op, user, boundary, request id): the processor
-// applies it once, and a copy published again changes nothing. To retry a
-// command safely after a crash of the publisher, give it the same
-// [RequestID] and [At] again; a retry inside one [Client.Leave] call is the
-// idempotent producer's business and never duplicates.
+// applies it once, and a copy published again changes nothing but says
+// so ("duplicate": true in its receipt). A request id names one intent,
+// and is reused only to retry that same intent, with the same boundary:
+// the same request id with another boundary is another command, and one
+// request id shared by two intents (leave, rejoin, leave again) makes the
+// later a re-delivery of the earlier when their boundaries meet. [Intent]
+// derives both from a key of the caller's — a ticket, a job id — and the
+// time the decision took effect: keep the two with the decision, and
+// publish with the same Intent to retry. A retry inside one [Client.Leave]
+// call is the idempotent producer's business and never duplicates.
 //
 // # Reading back
 //
-// [Client.WaitReceipt] reads the changelog (and the DLQ) from the command's
-// record timestamp on — the processor stamps a command's changelog record,
-// and its DLQ copy, with the command's own record timestamp, so the topics
-// must keep producers' timestamps (CreateTime, Kafka's default) — until the
-// record that follows the command appears. [Client.Status] reads the
-// latest changelog record of a user. Both read with a client of their own,
-// read_committed, made from the same connection settings and closed before
-// they return, so they may run concurrently with each other and with
-// publishes.
+// The processor stamps a command's changelog record, and its DLQ copy,
+// with the command's own record timestamp, so the topics must keep
+// producers' timestamps (CreateTime, Kafka's default). A Client has one
+// receipt watcher: started by the first receipt waited for, it tails the
+// changelog and the DLQ (read_committed, every partition, partitions
+// added later included) from that command's timestamp on, and completes
+// every waiter ([Client.WaitReceipt], [Client.ReceiptAsync],
+// [Client.ApplyBatch]) by the position of its command. A command stamped
+// before the watcher's start, one whose answer it has forgotten
+// ([Unclaimed]), or a misrouted one is looked for by a scan of its own.
+// [Client.Status] reads every changelog partition and returns the user's
+// record that follows its latest command.
+//
+// # In bulk
+//
+// [Client.PublishAsync] publishes without waiting (a callback per
+// command); [Client.PublishBatch] and [Client.ApplyBatch] publish a slice
+// of [Request], pipelined, the latter with every receipt. [Hooks] counts
+// what the client sends and how long receipts take; [KafkaHooks] gives
+// franz-go hooks (kprom) to every Kafka client it makes.
 //
 // A Client is safe for concurrent use. Close it when done; a caller's
 // *kgo.Client is left open.

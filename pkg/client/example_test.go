@@ -29,7 +29,7 @@ func Example() {
 	}
 	defer c.Close()
 
-	sent, err := c.Leave(ctx, 42, client.RequestID("unsubscribe-42"))
+	sent, err := c.Leave(ctx, 42)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,11 +39,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("receipt: user %d %s since the boundary: %t; request %s changed the state: %t\n",
-		rec.UserID, rec.Status, *rec.LeftAtNs == sent.BoundaryNs(), rec.Command.RequestID, rec.Command.Changed)
+	fmt.Printf("receipt: user %d %s since the boundary: %t; the command changed the state: %t\n",
+		rec.UserID, rec.Status, rec.LeftAtNs != nil && *rec.LeftAtNs == sent.BoundaryNs(), rec.Command.Changed)
 	// Output:
 	// published: leave of user 42 to membership.commands partition 4
-	// receipt: user 42 left since the boundary: true; request unsubscribe-42 changed the state: true
+	// receipt: user 42 left since the boundary: true; the command changed the state: true
 }
 
 // A leave with an explicit boundary: the user asked to leave a second ago.
@@ -55,7 +55,7 @@ func ExampleClient_Leave() {
 
 	at := time.Now().Add(-time.Second)
 	for range 2 {
-		sent, err := c.Leave(ctx, 7, client.At(at), client.RequestID("ticket-7"))
+		sent, err := c.Leave(ctx, 7, client.Intent("ticket-7", at))
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -64,11 +64,49 @@ func ExampleClient_Leave() {
 			log.Fatal(err)
 		}
 		fmt.Printf("left_at_ns is At: %t, changed: %t, duplicate: %t\n",
-			*rec.LeftAtNs == uint64(at.UnixNano()), rec.Command.Changed, rec.Command.Duplicate)
+			rec.LeftAtNs != nil && *rec.LeftAtNs == uint64(at.UnixNano()), rec.Command.Changed, rec.Command.Duplicate)
 	}
 	// Output:
 	// left_at_ns is At: true, changed: true, duplicate: false
 	// left_at_ns is At: true, changed: false, duplicate: true
+}
+
+// Retry safely: one decision, named by the caller's key and the time it
+// was taken, is one command however often it is published. The package
+// documentation and the README show this example's code.
+func ExampleIntent() {
+	ctx, c, done := connected() // a client of a broker and processor in this process, as in Example
+	defer done()
+
+	// One decision: user 42 leaves, as ticket 4711 asked, from when it was
+	// decided. Keep the key and the time with the decision.
+	decidedAt := time.Now().Add(-time.Second)
+	intent := client.Intent("ticket-4711", decidedAt)
+
+	// Published twice (a retry after a timeout, a crash, a redeploy), it
+	// is applied once.
+	for range 2 {
+		sent, err := c.Leave(ctx, 42, intent)
+		if err != nil {
+			log.Fatal(err) // safe to retry with the same intent
+		}
+		rec, err := c.WaitReceipt(ctx, sent)
+		if err != nil {
+			log.Fatal(err) // a *client.RefusedError if the processor refused it
+		}
+		fmt.Println(rec.Status, "changed:", rec.Command.Changed, "duplicate:", rec.Command.Duplicate)
+		// LeftAtNs is nil while the user is active, and Receipt is nil on
+		// a record that follows no command: check before reading them.
+		if rec.LeftAtNs != nil && rec.Receipt != nil {
+			fmt.Println("left from the decision:", *rec.LeftAtNs == uint64(decidedAt.UnixNano()),
+				"signals partition:", rec.Receipt.SignalsPartition)
+		}
+	}
+	// Output:
+	// left changed: true duplicate: false
+	// left from the decision: true signals partition: 4
+	// left changed: false duplicate: true
+	// left from the decision: true signals partition: 4
 }
 
 // Rejoin closes the open leave into the user's history.

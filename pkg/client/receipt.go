@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -37,32 +39,133 @@ func (e *RefusedError) Error() string {
 
 func (e *RefusedError) Unwrap() error { return &topics.Error{Reason: e.Reason, Detail: e.Detail} }
 
-// WaitReceipt waits until the processor has applied p and returns the
-// changelog record that follows it: the user's state with the command
-// (request_id, whether it changed anything or was a duplicate) and the
-// receipt (when it took effect in the gate, from which signals offset).
-// A command the processor dead-lettered returns a [*RefusedError].
+// WaitReceipt waits until the processor has answered p and returns the
+// changelog record that follows p's own command: the user's state with
+// the command (request_id, whether it changed anything or restated the
+// state as a duplicate) and the receipt (when it took effect in the gate,
+// from which signals offset). A command the processor dead-lettered
+// returns a [*RefusedError].
+//
+// The answer belongs to exactly one command: the record at p's topic,
+// partition and offset. A changelog record is p's receipt only when its
+// command names that position, and a DLQ record only when its source does;
+// an earlier command with the same request id never answers for p. When
+// the processor answers p by restating the user's state (a re-delivery of
+// an identity already applied, "duplicate": true), the record says so, and
+// so does the returned one. A command Kafka put in a partition other than
+// its key's ([*MisroutedError]) is followed to the copy the processor
+// re-publishes to the key's partition (header cohortgate.misrouted.from),
+// and the receipt is that copy's.
 //
 // It reads the changelog and, where it may, the DLQ from p.Timestamp on,
-// read_committed, and matches the changelog record by user, op and request_id, and the
-// DLQ record by its source topic, partition and offset. For a command
-// published elsewhere, fill p's Command (UserID, Op, RequestID), Topic,
-// Partition, Offset and Timestamp as Kafka acknowledged them.
+// read_committed. For a command published elsewhere, fill p's Command
+// (UserID and Op at least), Topic, Partition, Offset and Timestamp as Kafka
+// acknowledged them.
 //
 // It waits until ctx is done, or [DefaultWait] when ctx has no deadline,
 // and then says what it did not find.
 func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRecord, error) {
-	what := fmt.Sprintf("%s of user %d (request_id %s)", p.Command.Op, p.Command.UserID, p.Command.RequestID)
-	switch {
-	case p.Command.RequestID == "":
-		return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: no request_id to match", what)
-	case p.Timestamp.IsZero():
-		return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: no record timestamp to read from", what)
+	type result struct {
+		rec topics.MemberRecord
+		err error
 	}
+	ch := make(chan result, 1)
+	c.ReceiptAsync(ctx, p, func(rec topics.MemberRecord, err error) { ch <- result{rec, err} })
+	r := <-ch
+	return r.rec, r.err
+}
+
+// ReceiptAsync is [Client.WaitReceipt] without blocking: done is called
+// once with what WaitReceipt would return, from the receipt watcher's
+// goroutine (or a goroutine of its own), and must not block. Waiting for
+// many receipts this way costs one map entry each: the Client's one
+// watcher tails the changelog and the DLQ and completes the waiters by
+// the position of their commands.
+//
+// The watcher starts at the first receipt waited for, reading from that
+// command's record timestamp on. A command stamped before that, or one
+// whose answer the watcher read before anyone waited for it and has since
+// forgotten ([Unclaimed]), or a misrouted one, is looked for by a scan of
+// its own, as exact and slower.
+func (c *Client) ReceiptAsync(ctx context.Context, p Published, done func(topics.MemberRecord, error)) {
+	what := describe(p)
+	if err := receiptable(p); err != nil {
+		err = fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
+		c.onReceipt(p, err, 0)
+		done(topics.MemberRecord{}, err)
+		return
+	}
+	start := time.Now()
 	ctx, cancel := bounded(ctx)
-	defer cancel()
+	scan := func() {
+		go func() {
+			defer cancel()
+			rec, err := c.scanReceipt(ctx, p)
+			c.onReceipt(p, err, time.Since(start))
+			done(rec, err)
+		}()
+	}
+	key := topics.AppendUserID(nil, p.Command.UserID)
+	want, err := c.partitionOf(ctx, p.Topic, key, false)
+	if err != nil || want != p.Partition {
+		scan() // it checks the partition again, with a fresh count, and follows a misrouted command
+		return
+	}
+	w, err := c.watch(ctx, p.Timestamp)
+	if err != nil {
+		cancel()
+		err = fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
+		c.onReceipt(p, err, 0)
+		done(topics.MemberRecord{}, err)
+		return
+	}
+	if w == nil {
+		scan()
+		return
+	}
+	wt := &waiter{p: p, since: start}
+	wt.done = func(rec topics.MemberRecord, err error) {
+		cancel() // ends the AfterFunc below, which then finds wt completed
+		done(rec, err)
+	}
+	if !w.add(wt) {
+		scan()
+		return
+	}
+	context.AfterFunc(ctx, func() {
+		w.remove(wt)
+		wt.complete(c, answer{}, fmt.Errorf("client: no receipt for the %s on %s yet (is the processor running?): %w",
+			what, c.topics.Changelog, context.Cause(ctx)))
+	})
+}
+
+// onReceipt calls the receipt hooks.
+func (c *Client) onReceipt(p Published, err error, waited time.Duration) {
+	for _, h := range c.hooks {
+		if h, ok := h.(HookReceipt); ok {
+			h.OnReceipt(p, err, waited)
+		}
+	}
+}
+
+// scanReceipt looks for p's answer with a reader of its own, from
+// p.Timestamp on.
+func (c *Client) scanReceipt(ctx context.Context, p Published) (topics.MemberRecord, error) {
+	what := describe(p)
+	key := topics.AppendUserID(nil, p.Command.UserID)
+	want, err := c.partitionOf(ctx, p.Topic, key, false)
+	if err == nil && want != p.Partition {
+		want, err = c.partitionOf(ctx, p.Topic, key, true) // the topic may have grown
+	}
+	if err != nil {
+		return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
+	}
+	misrouted := want != p.Partition
 	offsets := make(map[string]map[int32]kgo.Offset)
-	for _, topic := range []topics.Topic{c.topics.Changelog, c.topics.DLQ} {
+	for _, topic := range []topics.Topic{c.topics.Changelog, c.topics.DLQ, p.Topic} {
+		if topic == p.Topic && !misrouted {
+			continue
+		}
 		from, err := c.readFrom(ctx, topic, p.Timestamp)
 		switch {
 		case topic == c.topics.DLQ && err != nil:
@@ -73,13 +176,22 @@ func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRec
 		case err != nil:
 			return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
 		}
+		if topic == p.Topic {
+			from = map[int32]kgo.Offset{want: from[want]}
+		}
 		offsets[string(topic)] = from
 	}
-	rd, err := c.reader(kgo.ConsumePartitions(offsets))
+	rd, err := c.reader("", kgo.ConsumePartitions(offsets))
 	if err != nil {
 		return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
 	}
 	defer rd.Close()
+	// target is the command whose answer is p's: p itself, or the copy
+	// the processor re-published of it. Answers to other commands of the
+	// user are kept until the copy is known, since the changelog may be
+	// read ahead of the commands.
+	target := positionOf(p)
+	seen := make(map[position]answer)
 	for {
 		fetches := rd.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -89,28 +201,67 @@ func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRec
 		if err := fetchErr(fetches); err != nil {
 			return topics.MemberRecord{}, fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
 		}
-		var found *topics.MemberRecord
-		var refused *RefusedError
 		fetches.EachRecord(func(r *kgo.Record) {
-			if found != nil || refused != nil {
-				return
-			}
 			switch topics.Topic(r.Topic) {
+			case p.Topic:
+				if from, ok := republishedFrom(r); ok && from == positionOf(p) && bytes.Equal(r.Key, key) {
+					target = position{topic: p.Topic, partition: r.Partition, offset: r.Offset}
+				}
 			case c.topics.Changelog:
-				if rec, ok := follows(r, p.Command); ok {
-					found = &rec
+				if at, rec, ok := answers(r, p.Command.UserID); ok {
+					seen[at] = answer{rec: rec}
 				}
 			case c.topics.DLQ:
-				refused = refusal(r, p)
+				if at, reason, detail, ok := refusalOf(r); ok {
+					seen[at] = answer{refused: &RefusedError{Published: p, Reason: reason, Detail: detail}}
+				}
 			}
 		})
-		switch {
-		case found != nil:
-			return *found, nil
-		case refused != nil:
-			return topics.MemberRecord{}, refused
+		if a, ok := seen[target]; ok {
+			if a.refused != nil {
+				return topics.MemberRecord{}, a.refused
+			}
+			return a.rec, nil
 		}
 	}
+}
+
+// position is where a command record is: its topic, partition and offset.
+// It identifies the command, and so the processor's answer to it.
+type position struct {
+	topic     topics.Topic
+	partition int32
+	offset    int64
+}
+
+func positionOf(p Published) position {
+	return position{topic: p.Topic, partition: p.Partition, offset: p.Offset}
+}
+
+// answer is the processor's answer to one command: a changelog record, or
+// a refusal.
+type answer struct {
+	rec     topics.MemberRecord
+	refused *RefusedError
+}
+
+// describe names p's command in errors.
+func describe(p Published) string {
+	return fmt.Sprintf("%s of user %d (request_id %s, %s partition %d offset %d)",
+		p.Command.Op, p.Command.UserID, p.Command.RequestID, p.Topic, p.Partition, p.Offset)
+}
+
+// receiptable says why p cannot be waited for, or nil.
+func receiptable(p Published) error {
+	switch {
+	case p.Topic == "":
+		return errors.New("no topic: the command's position (topic, partition, offset) identifies its receipt")
+	case p.Partition < 0 || p.Offset < 0:
+		return fmt.Errorf("partition %d offset %d is not a record's position", p.Partition, p.Offset)
+	case p.Timestamp.IsZero():
+		return errors.New("no record timestamp to read from")
+	}
+	return nil
 }
 
 // readFrom returns, for each partition of topic, an offset at or below
@@ -157,32 +308,71 @@ func (c *Client) readFrom(ctx context.Context, topic topics.Topic, t time.Time) 
 	return from, nil
 }
 
-// follows reports whether changelog record r follows cmd, and decodes it.
-func follows(r *kgo.Record, cmd topics.Command) (topics.MemberRecord, bool) {
-	if id, err := topics.ParseUserID(r.Key); err != nil || id != cmd.UserID {
-		return topics.MemberRecord{}, false
+// answersAny decodes changelog record r and returns the position of the
+// command it follows; ok is false for a record that follows no command or
+// does not decode.
+func answersAny(r *kgo.Record) (position, topics.MemberRecord, bool) {
+	id, err := topics.ParseUserID(r.Key)
+	if err != nil {
+		return position{}, topics.MemberRecord{}, false
 	}
-	rec, err := topics.DecodeMemberRecord(r.Value)
-	if err != nil || rec.Command == nil {
-		return topics.MemberRecord{}, false
-	}
-	ok := rec.UserID == cmd.UserID && rec.Command.Op == cmd.Op.String() && rec.Command.RequestID == cmd.RequestID
-	return rec, ok
+	return answers(r, id)
 }
 
-// refusal returns the refusal DLQ record r says of p, or nil when r is a
-// copy of another record.
-func refusal(r *kgo.Record, p Published) *RefusedError {
-	h := make(map[string]string, len(r.Headers))
+// answers decodes changelog record r of user and returns the position of
+// the command it follows; ok is false for a record of another user, one
+// that follows no command, or one that does not decode.
+func answers(r *kgo.Record, user uint64) (position, topics.MemberRecord, bool) {
+	if id, err := topics.ParseUserID(r.Key); err != nil || id != user {
+		return position{}, topics.MemberRecord{}, false
+	}
+	rec, err := topics.DecodeMemberRecord(r.Value)
+	if err != nil || rec.Command == nil || rec.UserID != user {
+		return position{}, topics.MemberRecord{}, false
+	}
+	at := position{topic: topics.Topic(rec.Command.Topic), partition: rec.Command.Partition, offset: rec.Command.Offset}
+	return at, rec, true
+}
+
+// refusalOf returns the source position and the reason of DLQ record r;
+// ok is false for a record that names no source.
+func refusalOf(r *kgo.Record) (at position, reason topics.Reason, detail string, ok bool) {
+	var part, off, topic bool
 	for _, kv := range r.Headers {
-		h[kv.Key] = string(kv.Value)
+		switch kv.Key {
+		case topics.HeaderSourceTopic:
+			at.topic, topic = topics.Topic(kv.Value), true
+		case topics.HeaderSourcePartition:
+			n, err := strconv.ParseInt(string(kv.Value), 10, 32)
+			at.partition, part = int32(n), err == nil
+		case topics.HeaderSourceOffset:
+			n, err := strconv.ParseInt(string(kv.Value), 10, 64)
+			at.offset, off = n, err == nil
+		case topics.HeaderReason:
+			reason = topics.Reason(kv.Value)
+		case topics.HeaderError:
+			detail = string(kv.Value)
+		}
 	}
-	if h[topics.HeaderSourceTopic] != string(p.Topic) ||
-		h[topics.HeaderSourcePartition] != strconv.FormatInt(int64(p.Partition), 10) ||
-		h[topics.HeaderSourceOffset] != strconv.FormatInt(p.Offset, 10) {
-		return nil
+	return at, reason, detail, part && off && topic
+}
+
+// republishedFrom returns where commands record r was found misrouted,
+// when r is the processor's re-published copy of it.
+func republishedFrom(r *kgo.Record) (position, bool) {
+	for _, kv := range r.Headers {
+		if kv.Key != topics.HeaderMisroutedFrom {
+			continue
+		}
+		ps, os, ok := strings.Cut(string(kv.Value), "/")
+		p, err1 := strconv.ParseInt(ps, 10, 32)
+		o, err2 := strconv.ParseInt(os, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return position{}, false
+		}
+		return position{topic: topics.Topic(r.Topic), partition: int32(p), offset: o}, true
 	}
-	return &RefusedError{Published: p, Reason: topics.Reason(h[topics.HeaderReason]), Detail: h[topics.HeaderError]}
+	return position{}, false
 }
 
 // bounded gives ctx DefaultWait as its deadline when it has none.

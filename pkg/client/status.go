@@ -2,8 +2,12 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -16,59 +20,78 @@ import (
 // with no record is active (absent is active): Status returns an active
 // record with no history and no Command.
 //
-// It reads the user's changelog partition (murmur2 of the key, as the
-// processor writes it) from its start to its last stable offset, so its
-// cost grows with the users of that partition; the topic is compacted, so
-// about one record each. For frequent look-ups ask a processor's
-// GET /v1/members/{user_id} instead, which answers from its store.
+// It reads every changelog partition from its start to its last stable
+// offset: the processor may write a user's records into any changelog
+// partition when the changelog's partition count differs from, or was
+// grown past, the commands'. The user's latest record is the one that
+// follows its latest command, the greatest (command.partitions,
+// command.offset) — counts only grow, and under one count all of a user's
+// commands are in one partition — whichever changelog partition holds it.
+// A record that names no command is placed, as a last resort, after the
+// record read before it in its own partition. Its cost grows with the
+// users of the changelog; the topic is compacted, so about one record
+// each. For frequent look-ups ask the processor that owns the user's
+// partition (GET /v1/members/{user_id}), which answers from its store.
 func (c *Client) Status(ctx context.Context, userID uint64) (topics.MemberRecord, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	topic := c.topics.Changelog
 	key := topics.AppendUserID(nil, userID)
 	latest := topics.MemberRecord{UserID: userID, Status: "active", History: []topics.Episode{}, LateLeaves: []topics.LateLeave{}}
-	part, err := c.partitionOf(ctx, topic, key, false)
+	bounds, err := c.bounds(ctx, topic)
 	if err != nil {
 		return latest, fmt.Errorf("client: status of user %d: %w", userID, err)
 	}
-	start, end, err := c.bounds(ctx, topic, part)
-	if err != nil {
-		return latest, fmt.Errorf("client: status of user %d: %w", userID, err)
+	from := make(map[int32]kgo.Offset)
+	for p, b := range bounds {
+		if b.end > b.start {
+			from[p] = kgo.NewOffset().At(b.start)
+		}
 	}
-	if end <= start {
+	if len(from) == 0 {
 		return latest, nil
 	}
-	rd, err := c.reader(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{string(topic): {part: kgo.NewOffset().At(start)}}),
+	rd, err := c.reader("",
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{string(topic): from}),
 		kgo.KeepControlRecords(), // the last offset below the end may be a transaction marker
 	)
 	if err != nil {
 		return latest, fmt.Errorf("client: status of user %d: %w", userID, err)
 	}
 	defer rd.Close()
-	for done := false; !done; {
+	var best recordOrder
+	found := false
+	last := make(map[int32]recordOrder) // per partition, the order of the user's last record read
+	for len(from) > 0 {
 		fetches := rd.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return latest, fmt.Errorf("client: status of user %d: %s partition %d not read to offset %d: %w", userID, topic, part, end, err)
+			return latest, fmt.Errorf("client: status of user %d: %s partitions %v not read to their last stable offsets: %w",
+				userID, topic, slices.Sorted(maps.Keys(from)), err)
 		}
 		if err := fetchErr(fetches); err != nil {
-			return latest, fmt.Errorf("client: status of user %d: reading %s partition %d: %w", userID, topic, part, err)
+			return latest, fmt.Errorf("client: status of user %d: reading %s: %w", userID, topic, err)
 		}
 		var decodeErr error
 		fetches.EachRecord(func(r *kgo.Record) {
-			if done || decodeErr != nil {
+			if _, reading := from[r.Partition]; !reading || decodeErr != nil {
 				return
 			}
-			done = r.Offset+1 >= end
+			if r.Offset+1 >= bounds[r.Partition].end {
+				delete(from, r.Partition)
+			}
 			if r.Attrs.IsControl() || !bytes.Equal(r.Key, key) {
 				return
 			}
 			rec, err := topics.DecodeMemberRecord(r.Value)
 			if err != nil {
-				decodeErr = fmt.Errorf("client: status of user %d: %s partition %d offset %d: %w", userID, topic, part, r.Offset, err)
+				decodeErr = fmt.Errorf("client: status of user %d: %s partition %d offset %d: %w", userID, topic, r.Partition, r.Offset, err)
 				return
 			}
-			latest = rec
+			o := orderOf(rec, last[r.Partition])
+			last[r.Partition] = o
+			if !found || best.compare(o) < 0 {
+				best, latest, found = o, rec, true
+			}
 		})
 		if decodeErr != nil {
 			return latest, decodeErr
@@ -77,26 +100,73 @@ func (c *Client) Status(ctx context.Context, userID uint64) (topics.MemberRecord
 	return latest, nil
 }
 
-// bounds returns a partition's start offset and last stable offset.
-func (c *Client) bounds(ctx context.Context, topic topics.Topic, part int32) (start, end int64, err error) {
+// recordOrder is where a changelog record stands among its user's
+// records: the commands partition count and offset of the command it
+// follows, then, for records that follow none, how many such records came
+// after the last one that did in the same changelog partition.
+type recordOrder struct {
+	parts  int32
+	offset int64
+	after  int
+}
+
+// orderOf is rec's order, given prev, the order of the record of the same
+// user read before it in its changelog partition (zero if none). A record
+// of an older version names no count (0): it precedes every record that
+// does.
+func orderOf(rec topics.MemberRecord, prev recordOrder) recordOrder {
+	if rec.Command == nil {
+		prev.after++
+		return prev
+	}
+	return recordOrder{parts: rec.Command.Partitions, offset: rec.Command.Offset}
+}
+
+func (o recordOrder) compare(p recordOrder) int {
+	if c := cmp.Compare(o.parts, p.parts); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(o.offset, p.offset); c != 0 {
+		return c
+	}
+	return cmp.Compare(o.after, p.after)
+}
+
+// span is a partition's start offset and last stable offset.
+type span struct{ start, end int64 }
+
+// bounds returns every partition of topic with its start offset and last
+// stable offset.
+func (c *Client) bounds(ctx context.Context, topic topics.Topic) (map[int32]span, error) {
 	adm := kadm.NewClient(c.cl)
 	starts, err := adm.ListStartOffsets(ctx, string(topic))
 	if err != nil {
-		return 0, 0, fmt.Errorf("listing the start offsets of %s: %w", topic, err)
+		return nil, fmt.Errorf("listing the start offsets of %s: %w", topic, err)
 	}
 	ends, err := adm.ListCommittedOffsets(ctx, string(topic))
 	if err != nil {
-		return 0, 0, fmt.Errorf("listing the end offsets of %s: %w", topic, err)
+		return nil, fmt.Errorf("listing the end offsets of %s: %w", topic, err)
 	}
-	s, okS := starts.Lookup(string(topic), part)
-	e, okE := ends.Lookup(string(topic), part)
-	switch {
-	case !okS || !okE:
-		return 0, 0, fmt.Errorf("no offsets for %s partition %d", topic, part)
-	case s.Err != nil:
-		return 0, 0, fmt.Errorf("start offset of %s partition %d: %w", topic, part, s.Err)
-	case e.Err != nil:
-		return 0, 0, fmt.Errorf("end offset of %s partition %d: %w", topic, part, e.Err)
+	out := make(map[int32]span)
+	var errs []error
+	ends.Each(func(e kadm.ListedOffset) {
+		s, ok := starts.Lookup(string(topic), e.Partition)
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("no start offset for %s partition %d", topic, e.Partition))
+		case s.Err != nil:
+			errs = append(errs, fmt.Errorf("start offset of %s partition %d: %w", topic, e.Partition, s.Err))
+		case e.Err != nil:
+			errs = append(errs, fmt.Errorf("end offset of %s partition %d: %w", topic, e.Partition, e.Err))
+		default:
+			out[e.Partition] = span{start: s.Offset, end: e.Offset}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	return s.Offset, e.Offset, nil
+	if len(out) == 0 {
+		return nil, fmt.Errorf("topic %s has no partitions (does it exist? the processor creates it at start)", topic)
+	}
+	return out, nil
 }

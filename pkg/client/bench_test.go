@@ -1,0 +1,106 @@
+package client_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cohortgate/cohortgate/pkg/client"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// BenchmarkBulk: per round, on the embedded broker with a processor in
+// this process, one client publishes benchLeaves leaves with
+// PublishBatch (published/s), waits for every receipt with its watcher
+// (applied/s, publish start to the last receipt), and a fresh client's
+// watcher tracks every receipt again from the changelog alone
+// (tracked/s). Run with -benchtime=1x -count=3 for three rounds.
+func BenchmarkBulk(b *testing.B) {
+	brokers, stop, err := cohortgate()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	const benchLeaves = 20000
+	round := 0
+	for b.Loop() {
+		round++
+		c, err := client.New(client.Brokers(brokers...))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		reqs := make([]client.Request, benchLeaves)
+		for i := range reqs {
+			reqs[i] = client.Request{Op: topics.Leave, UserID: uint64(round*benchLeaves + i)}
+		}
+		start := time.Now()
+		// Start the watcher before the batch, as ApplyBatch does.
+		first, err := c.Leave(ctx, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.WaitReceipt(ctx, first); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		res := c.PublishBatch(ctx, reqs)
+		published := time.Since(t0)
+		sent := make([]client.Published, 0, len(res))
+		for _, r := range res {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+			sent = append(sent, r.Published)
+		}
+		waitAll(b, ctx, c, sent)
+		applied := time.Since(t0)
+		c.Close()
+
+		fresh, err := client.New(client.Brokers(brokers...))
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The fresh watcher starts at the first command's timestamp and
+		// reads every answer since, matching each to its waiter.
+		t1 := time.Now()
+		waitAll(b, ctx, fresh, sent)
+		tracked := time.Since(t1)
+		fresh.Close()
+		cancel()
+		b.Logf("round %d: %d leaves published in %v (%.0f/s), all applied in %v (%.0f/s), tracked by a fresh watcher in %v (%.0f/s); round %v",
+			round, benchLeaves, published.Round(time.Millisecond), benchLeaves/published.Seconds(),
+			applied.Round(time.Millisecond), benchLeaves/applied.Seconds(),
+			tracked.Round(time.Millisecond), benchLeaves/tracked.Seconds(), time.Since(start).Round(time.Millisecond))
+		b.ReportMetric(benchLeaves/published.Seconds(), "published/s")
+		b.ReportMetric(benchLeaves/applied.Seconds(), "applied/s")
+		b.ReportMetric(benchLeaves/tracked.Seconds(), "tracked/s")
+	}
+}
+
+// waitAll waits for every receipt of sent with ReceiptAsync.
+func waitAll(b *testing.B, ctx context.Context, c *client.Client, sent []client.Published) {
+	b.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	wg.Add(len(sent))
+	for _, p := range sent {
+		c.ReceiptAsync(ctx, p, func(rec topics.MemberRecord, err error) {
+			if err == nil && (rec.Command == nil || rec.Command.Offset != p.Offset) {
+				err = context.Canceled
+			}
+			if err != nil {
+				mu.Lock()
+				first = err
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		b.Fatal(first)
+	}
+}

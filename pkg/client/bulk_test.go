@@ -1,0 +1,147 @@
+package client_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohortgate/cohortgate/pkg/client"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// counter counts the client's events, as a caller's metrics would.
+type counter struct {
+	published, receipts, failed atomic.Int64
+}
+
+func (c *counter) OnPublished(p client.Published, err error, _ time.Duration) {
+	if err == nil {
+		c.published.Add(1)
+	}
+}
+
+func (c *counter) OnReceipt(p client.Published, err error, _ time.Duration) {
+	if err != nil {
+		c.failed.Add(1)
+		return
+	}
+	c.receipts.Add(1)
+}
+
+// countHook is a franz-go hook that counts the records its client
+// fetched.
+type countHook struct{ fetched *atomic.Int64 }
+
+func (h countHook) OnFetchRecordUnbuffered(*kgo.Record, bool) { h.fetched.Add(1) }
+
+// TestApplyBatch: a batch of leaves, published pipelined, each with the
+// receipt of its own command; the client's hooks count every publish and
+// receipt, and the franz-go hooks reach the producer and the watcher.
+func TestApplyBatch(t *testing.T) {
+	brokers := processor(t)
+	var count counter
+	var mu sync.Mutex
+	var ids []string
+	var fetched atomic.Int64
+	c := newClient(t, client.Brokers(brokers...), client.Hooks(&count),
+		client.KafkaHooks(func(id string) []kgo.Hook {
+			mu.Lock()
+			ids = append(ids, id)
+			mu.Unlock()
+			return []kgo.Hook{countHook{&fetched}}
+		}))
+	ctx := timeout(t, 60*time.Second)
+	const n = 300
+	reqs := make([]client.Request, n)
+	at := time.Now().Add(-time.Second)
+	for i := range reqs {
+		reqs[i] = client.Request{Op: topics.Leave, UserID: uint64(1000 + i), Opts: []client.CommandOpt{client.Intent("job-1", at)}}
+	}
+	for _, r := range c.ApplyBatch(ctx, reqs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		cmd := r.Record.Command
+		if r.Record.Status != "left" || cmd == nil || cmd.Offset != r.Published.Offset || cmd.Partition != r.Published.Partition ||
+			r.Record.UserID != r.Published.Command.UserID {
+			t.Fatalf("receipt %s for %+v", asJSON(r.Record), r.Published)
+		}
+	}
+	if count.published.Load() != n || count.receipts.Load() != n || count.failed.Load() != 0 {
+		t.Errorf("hooks counted %d published, %d receipts, %d failed; want %d, %d, 0",
+			count.published.Load(), count.receipts.Load(), count.failed.Load(), n, n)
+	}
+	mu.Lock()
+	got := slices.Clone(ids)
+	mu.Unlock()
+	if !slices.Contains(got, "cohortgate-client") || !slices.Contains(got, "cohortgate-client-receipts") {
+		t.Errorf("KafkaHooks called for %q; want the producer and the watcher", got)
+	}
+	if fetched.Load() < n {
+		t.Errorf("the watcher's hooks saw %d records fetched, want at least %d", fetched.Load(), n)
+	}
+
+	// The same job again changes nothing: every receipt a duplicate.
+	for _, r := range c.PublishBatch(ctx, reqs[:10]) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		rec, err := c.WaitReceipt(ctx, r.Published)
+		if err != nil || !rec.Command.Duplicate || rec.Command.Offset != r.Published.Offset {
+			t.Fatalf("the job again: %s, %v; want a duplicate at offset %d", asJSON(rec), err, r.Published.Offset)
+		}
+	}
+}
+
+// TestReceiptForgotten: answers read before anyone waits for them are
+// kept up to Unclaimed; a forgotten one is found by a scan, as exact.
+func TestReceiptForgotten(t *testing.T) {
+	brokers := processor(t)
+	c := newClient(t, client.Brokers(brokers...), client.Unclaimed(1))
+	ctx := timeout(t, 60*time.Second)
+	var sent []client.Published
+	for i := range 6 {
+		p, err := c.Leave(ctx, uint64(500+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, p)
+	}
+	// The first wait starts the watcher, which reads every answer; the
+	// others are waited for once it has read past them.
+	if _, err := c.WaitReceipt(ctx, sent[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range slices.Backward(sent) {
+		rec, err := c.WaitReceipt(ctx, p)
+		if err != nil || rec.Command.Offset != p.Offset || rec.UserID != p.Command.UserID {
+			t.Fatalf("receipt %s, %v for %+v", asJSON(rec), err, p)
+		}
+	}
+	ctx2, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.WaitReceipt(ctx2, sent[0]); err == nil {
+		t.Error("a wait with a cancelled context succeeded")
+	}
+}
+
+// TestWaitTwice: a receipt waited for twice is answered twice.
+func TestWaitTwice(t *testing.T) {
+	brokers := processor(t)
+	c := newClient(t, client.Brokers(brokers...))
+	ctx := timeout(t, 30*time.Second)
+	p, err := c.Leave(ctx, 61)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if rec, err := c.WaitReceipt(ctx, p); err != nil || rec.Command.Offset != p.Offset {
+			t.Fatalf("receipt %s, %v", asJSON(rec), err)
+		}
+	}
+}
