@@ -623,7 +623,7 @@ func (p *Processor) newSession(own *ownership) (session, error) {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(own.assigned),
 		kgo.OnPartitionsRevoked(own.revoked),
-		kgo.OnPartitionsLost(own.revoked),
+		kgo.OnPartitionsLost(own.lost),
 	)
 	if p.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))
