@@ -38,6 +38,9 @@ type instance struct {
 		exited   chan struct{} // closed when the current process has exited
 		expected bool          // we asked the current process to end
 		stopped  bool          // SIGSTOPped
+		// expectNext: the next start's process is expected to end on
+		// its own (a start the processor must refuse).
+		expectNext bool
 		extra    []string      // flags added to args from the next start on
 		starts   int
 	}
@@ -80,7 +83,7 @@ func (in *instance) start() error {
 	}
 	exited := make(chan struct{})
 	in.mu.cmd, in.mu.http, in.mu.api, in.mu.exited = cmd, addr, api, exited
-	in.mu.expected, in.mu.stopped = false, false
+	in.mu.expected, in.mu.stopped, in.mu.expectNext = in.mu.expectNext, false, false
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -93,6 +96,21 @@ func (in *instance) start() error {
 		}
 	}()
 	return nil
+}
+
+// expectNextExit makes the next start's process one that is expected to
+// exit on its own: its exit is no finding.
+func (in *instance) expectNextExit() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.mu.expectNext = true
+}
+
+// exitedCh returns a channel closed when the current process has exited.
+func (in *instance) exitedCh() chan struct{} {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.mu.exited
 }
 
 // addFlags adds flags to every later start.

@@ -73,6 +73,11 @@ var scenarios = []scenario{
 		act:  (*scenarioRun).wipe,
 	},
 	{
+		name: "reroute", instances: 2,
+		span: fixedSpan(45 * time.Second),
+		act:  (*scenarioRun).reroute,
+	},
+	{
 		name: soakName, instances: 1, alone: true,
 		span: func(o *options) time.Duration { return o.soakDuration },
 		act:  (*scenarioRun).soak,
