@@ -481,7 +481,7 @@ func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd
 		return nil, dlq(topics.ReasonOf(err), err), nil
 	}
 	if want := a.kp.of(r.Key, a.partitions); want != r.Partition {
-		rp := republishRecord(r, want)
+		rp := republishCommand(r, want)
 		if !a.lim.fits(rp) {
 			return nil, dlq(topics.ReasonRecordTooLarge, fmt.Errorf("misrouted command of %d bytes does not fit %s again with its header (max.message.bytes %d)",
 				userBytes(r), r.Topic, a.lim.of(r.Topic))), nil

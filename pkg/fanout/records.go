@@ -1,7 +1,9 @@
 package fanout
 
 import (
+	"math"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -64,6 +66,31 @@ func republishRecord(r *kgo.Record, want int32) *kgo.Record {
 		Timestamp: r.Timestamp,
 	}
 	pin(out, want)
+	return out
+}
+
+// republishCommand is republishRecord for a command: one without at_ns is
+// re-published with its boundary, the original's record timestamp,
+// written into at_ns. A copy's own timestamp is the original's only where
+// the topic keeps the producer's: a topic with
+// message.timestamp.type=LogAppendTime stamps each copy when the broker
+// appends it, and two copies of one command (the outbox producing a copy
+// again after a crash, or a migration's and rule C2's copies) would be two
+// commands with two boundaries and two identities (rule C5): the second
+// copy of a rejoin could close a leave that came after the first. With
+// at_ns pinned, every copy has the original's identity, whatever its
+// timestamp. Elsewhere the boundary is the same number either way. A value
+// that is no command, or whose boundary rule C4 refuses, is copied
+// unchanged, for its own partition to dead-letter.
+func republishCommand(r *kgo.Record, want int32) *kgo.Record {
+	out := republishRecord(r, want)
+	cmd, err := topics.DecodeCommand(r.Key, r.Value)
+	ms := r.Timestamp.UnixMilli()
+	if err != nil || cmd.HasAt || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return out
+	}
+	cmd.HasAt, cmd.AtNs = true, uint64(ms)*uint64(time.Millisecond)
+	out.Value = topics.AppendCommand(nil, cmd)
 	return out
 }
 

@@ -1,0 +1,244 @@
+package integration
+
+import (
+	be "encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohortgate/cohortgate/integration/workload"
+	"github.com/cohortgate/cohortgate/pkg/fanout"
+	"github.com/cohortgate/cohortgate/topics"
+)
+
+// The tests of this file need what the shared broker cannot be asked
+// for: a broker that stamps records with their append time, or one that
+// compacts a topic when told to. Each runs on an embedded broker of its
+// own (kfake), whatever broker the rest of the package uses.
+
+// privateBroker is an embedded broker for one test, closed when it ends.
+func privateBroker(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// envOn is newEnv on the private broker c.
+func envOn(t *testing.T, c *kfake.Cluster, parts int32) *env {
+	t.Helper()
+	id := randomID()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	e := &env{t: t, set: workload.Topics("rs-" + id), group: "rs-" + id, parts: parts, cl: cl, adm: kadm.NewClient(cl)}
+	e.createTopics(parts, parts)
+	return e
+}
+
+// configOn is env.config for a processor of the private broker c.
+func (e *env) configOn(c *kfake.Cluster) fanout.Config {
+	cfg := e.config()
+	cfg.Brokers = c.ListenAddrs()
+	return cfg
+}
+
+// readOn is env.readAll on the private broker c.
+func (e *env) readOn(c *kfake.Cluster, topic topics.Topic) []*kgo.Record {
+	e.t.Helper()
+	ctx := e.ctx(60 * time.Second)
+	ends := stableEnds(e.t, ctx, e.adm, topic)
+	return readCommitted(e.t, ctx, topic, ends, func(opts ...kgo.Opt) (*kgo.Client, error) {
+		return kgo.NewClient(append(opts, kgo.SeedBrokers(c.ListenAddrs()...))...)
+	})
+}
+
+// latestOf returns user's latest changelog record on c, the way a reader
+// of the changelog takes it (the greatest commands partition count, then
+// offset), or false when the user has none.
+func (e *env) latestOf(c *kfake.Cluster, user uint64) (topics.MemberRecord, bool) {
+	e.t.Helper()
+	var (
+		latest topics.MemberRecord
+		found  bool
+	)
+	for _, r := range e.readOn(c, e.set.Changelog) {
+		u, err := topics.ParseUserID(r.Key)
+		if err != nil || u != user || r.Value == nil {
+			continue
+		}
+		rec, err := topics.DecodeMemberRecord(r.Value)
+		if err != nil {
+			e.t.Fatalf("changelog record of user %d: %v", user, err)
+		}
+		if rec.Command == nil {
+			continue
+		}
+		if !found || rec.Command.Partitions > latest.Command.Partitions ||
+			(rec.Command.Partitions == latest.Command.Partitions && rec.Command.Offset > latest.Command.Offset) {
+			latest, found = rec, true
+		}
+	}
+	return latest, found
+}
+
+// waitLatest waits until user's latest changelog record follows the
+// command at offset and returns it.
+func (e *env) waitLatest(c *kfake.Cluster, user uint64, offset int64) topics.MemberRecord {
+	e.t.Helper()
+	var rec topics.MemberRecord
+	eventually(e.t, 60*time.Second, func() error {
+		r, ok := e.latestOf(c, user)
+		if !ok || r.Command.Offset < offset {
+			return fmt.Errorf("user %d: no changelog record of the command at offset %d yet", user, offset)
+		}
+		rec = r
+		return nil
+	})
+	return rec
+}
+
+// appendTimeOn makes c stamp every batch produced to topic with the time
+// it appends it, as Apache Kafka does for a topic with
+// message.timestamp.type=LogAppendTime: kfake keeps producers'
+// timestamps whatever the topic's config says (and a batch that asks for
+// its append time comes back with a CRC that no longer matches), so the
+// control function moves the batch's timestamps to now, keeping the
+// records' deltas, and sets its CRC again, before kfake reads it.
+func appendTimeOn(t *testing.T, c *kfake.Cluster, topic string, id [16]byte) {
+	t.Helper()
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		pr := req.(*kmsg.ProduceRequest)
+		now := time.Now().UnixMilli()
+		for i := range pr.Topics {
+			if pt := &pr.Topics[i]; pt.Topic == topic || pt.TopicID == id {
+				for j := range pt.Partitions {
+					b := pt.Partitions[j].Records
+					// A v2 batch: CRC-32C at [17:21] over [21:], first
+					// and max timestamps at [27:35] and [35:43].
+					if len(b) < 61 || b[16] != 2 {
+						continue
+					}
+					first, maxTs := int64(be.BigEndian.Uint64(b[27:35])), int64(be.BigEndian.Uint64(b[35:43]))
+					be.BigEndian.PutUint64(b[27:35], uint64(now))
+					be.BigEndian.PutUint64(b[35:43], uint64(now+maxTs-first))
+					be.BigEndian.PutUint32(b[17:21], crc32.Checksum(b[21:], castagnoli))
+				}
+			}
+		}
+		return nil, nil, false // kfake handles the request, with the batch changed
+	})
+}
+
+// TestLogAppendTimeCopiesShareIdentity: on a commands topic whose broker
+// stamps records with their append time (message.timestamp.type=
+// LogAppendTime), a misrouted rejoin without at_ns was re-published with
+// no boundary of its own, so each copy's boundary was the time the broker
+// appended that copy. A second copy of the same command (the outbox
+// produces it again when the processor crashes between re-publishing and
+// committing; the test produces the copy again itself, as that would)
+// was a new command with a later boundary: after the user left again, it
+// closed the new leave, and the user who left was active. Every copy must
+// carry the original's boundary, so that every copy has one identity and
+// the second is a duplicate (rule C5).
+func TestLogAppendTimeCopiesShareIdentity(t *testing.T) {
+	const parts = 2
+	c := privateBroker(t)
+	e := envOn(t, c, parts)
+	td, err := e.adm.ListTopics(e.ctx(30*time.Second), string(e.set.Commands))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendTimeOn(t, c, string(e.set.Commands), td[string(e.set.Commands)].ID)
+	pr := e.start(t.TempDir(), e.configOn(c))
+	pr.waitReady(t, parts)
+
+	const user = 42
+	key := topics.AppendUserID(nil, user)
+	own := murmur2Partition(key, parts)
+	// Records go to the partition the test names.
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	produce := func(r *kgo.Record) *kgo.Record {
+		t.Helper()
+		if err := pcl.ProduceSync(e.ctx(30*time.Second), r).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+		return r
+	}
+	cmd := func(c topics.Command, partition int32) *kgo.Record {
+		return produce(&kgo.Record{Topic: string(e.set.Commands), Partition: partition, Key: key, Value: topics.AppendCommand(nil, c)})
+	}
+
+	leave := cmd(topics.Command{Op: topics.Leave, UserID: user, AtNs: uint64(time.Now().Add(-time.Minute).UnixNano()), HasAt: true, RequestID: "leave-1"}, own)
+	if rec := e.waitLatest(c, user, leave.Offset); rec.Status != "left" {
+		t.Fatalf("after the leave: %+v", rec)
+	}
+
+	// The rejoin, without at_ns, in the other partition: the processor
+	// re-publishes it to the user's own, where it closes the leave.
+	misrouted := cmd(topics.Command{Op: topics.Rejoin, UserID: user, RequestID: "rejoin-1"}, 1-own)
+	var copy1 *kgo.Record
+	eventually(t, 60*time.Second, func() error {
+		for _, r := range e.readOn(c, e.set.Commands) {
+			if r.Partition == own && headerOf(r, topics.HeaderMisroutedFrom) == fmt.Sprintf("%d/%d", misrouted.Partition, misrouted.Offset) {
+				copy1 = r
+				return nil
+			}
+		}
+		return fmt.Errorf("no copy of the misrouted rejoin in partition %d yet", own)
+	})
+	if rec := e.waitLatest(c, user, copy1.Offset); rec.Status != "active" {
+		t.Fatalf("after the re-published rejoin: %+v", rec)
+	}
+
+	// The user leaves again, after the rejoin took effect.
+	again := cmd(topics.Command{Op: topics.Leave, UserID: user, AtNs: uint64(time.Now().UnixNano()), HasAt: true, RequestID: "leave-2"}, own)
+	if rec := e.waitLatest(c, user, again.Offset); rec.Status != "left" {
+		t.Fatalf("after the second leave: %+v", rec)
+	}
+
+	// The rejoin's copy, produced again as the outbox would after a
+	// crash: same key, value and headers, to the same partition. The
+	// broker stamps it with a later append time than the first copy.
+	copy2 := produce(&kgo.Record{Topic: copy1.Topic, Partition: own, Key: copy1.Key, Value: copy1.Value, Headers: copy1.Headers})
+	rec := e.waitLatest(c, user, copy2.Offset)
+	for _, r := range e.readOn(c, e.set.Commands) {
+		if r.Partition == own && r.Offset == copy2.Offset {
+			copy2 = r
+		}
+	}
+	t.Logf("copies of the rejoin appended at %d and %d ms; their value %s", copy1.Timestamp.UnixMilli(), copy2.Timestamp.UnixMilli(), copy1.Value)
+	if !copy2.Timestamp.After(copy1.Timestamp) {
+		t.Fatalf("the broker did not stamp the copies with their append times: %v, %v", copy1.Timestamp, copy2.Timestamp)
+	}
+	if rec.Status != "left" || rec.Command.Changed || !rec.Command.Duplicate {
+		t.Fatalf("the rejoin's second copy was applied as a new command: the user who left again is %s (record %+v, command %+v)",
+			rec.Status, rec, *rec.Command)
+	}
+}
+
+// headerOf returns the value of r's header key, or "".
+func headerOf(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
