@@ -4,6 +4,7 @@ import (
 	be "encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"strings"
 	"testing"
 	"time"
 
@@ -241,4 +242,149 @@ func headerOf(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
+}
+
+// waitCommittedOn waits until the group's committed offsets reach the end
+// of every partition of the signals topic: every signal produced so far
+// was decided, and the cycle that decided it committed. Only for topics
+// the processor writes no transaction markers to (no misrouted signal).
+func (e *env) waitCommittedOn() {
+	e.t.Helper()
+	eventually(e.t, 60*time.Second, func() error {
+		ctx := e.ctx(10 * time.Second)
+		ends, err := e.adm.ListEndOffsets(ctx, string(e.set.Signals))
+		if err != nil {
+			return err
+		}
+		committed, err := e.adm.FetchOffsets(ctx, e.group)
+		if err != nil {
+			return err
+		}
+		var behind error
+		ends.Each(func(o kadm.ListedOffset) {
+			if c, ok := committed.Lookup(o.Topic, o.Partition); o.Offset > 0 && (!ok || c.At < o.Offset) {
+				behind = fmt.Errorf("signals partition %d: committed %d of %d", o.Partition, c.At, o.Offset)
+			}
+		})
+		return behind
+	})
+}
+
+// TestTombstoneNeverReactivates: a tombstone on the changelog (a record
+// with the user's key and no value, written by a purge job or an
+// operator) makes compaction remove the user's earlier records, and,
+// once delete.retention.ms has passed, the tombstone too. A new owner
+// with an empty data dir restores the partition's users from the
+// changelog; a restore must never turn a user who left into an active
+// one:
+//
+//   - while the tombstone is there it is the user's latest record, which
+//     carries no restore header: the new owner replays the commands
+//     (this held before);
+//   - once compaction removed the tombstone too, nothing in the
+//     changelog named the user, and the new owner restored the others
+//     and took the user who had left for one who never did, forwarding
+//     the user's signals. The restore now checks every leave below the
+//     judged offset against the users it restores, and replays when one
+//     has no record.
+//
+// kfake compacts when told to (Cluster.Compact), as Apache Kafka's
+// cleaner does once the segments roll, here with delete.retention.ms
+// either 0 (the tombstone goes in the same pass) or a day. It moves a
+// partition's start to its first record kept, where Kafka keeps the
+// start of a compacted log at 0: a record under a key that is no user,
+// written first and never superseded, keeps the start at 0 as Kafka
+// would (a start above 0 is a reason to replay of its own).
+func TestTombstoneNeverReactivates(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		deleteRetention string
+		tombstoneStays  bool
+	}{
+		{"tombstone kept", "86400000", true},
+		{"tombstone compacted away", "0", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testTombstone(t, tc.deleteRetention, tc.tombstoneStays)
+		})
+	}
+}
+
+func testTombstone(t *testing.T, deleteRetention string, tombstoneStays bool) {
+	const parts = 1
+	c := privateBroker(t)
+	e := envOn(t, c, parts)
+	changelog := string(e.set.Changelog)
+	if _, err := e.adm.AlterTopicConfigs(e.ctx(30*time.Second), []kadm.AlterConfig{
+		{Op: kadm.SetConfig, Name: "delete.retention.ms", Value: kadm.StringPtr(deleteRetention)},
+	}, changelog); err != nil {
+		t.Fatal(err)
+	}
+	filler := func(name string) {
+		e.produce(&kgo.Record{Topic: changelog, Key: []byte(name), Value: []byte("not a user")})
+	}
+	filler("keeps-the-start")
+
+	a := e.start(t.TempDir(), e.configOn(c))
+	a.waitReady(t, parts)
+	const gone = 7 // left; its records are tombstoned and compacted away
+	left := time.Now().Add(-time.Minute)
+	e.command(topics.Leave, gone, left)
+	for u := uint64(1); u <= 5; u++ {
+		e.command(topics.Leave, u, left)
+		if u%2 == 0 {
+			e.command(topics.Rejoin, u, left.Add(time.Second))
+		}
+	}
+	e.signal(1000, time.Now(), "judge") // decided once the commands are: the group commits how far they were judged
+	e.waitCommittedOn()
+	if rec, ok := e.latestOf(c, gone); !ok || rec.Status != "left" {
+		t.Fatalf("user %d before the tombstone: %+v (found %v)", gone, rec, ok)
+	}
+	if err := a.stop(t); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+
+	e.produce(&kgo.Record{Topic: changelog, Key: topics.AppendUserID(nil, gone)}) // the tombstone
+	filler("after-the-tombstone")                                                 // the active segment, never compacted
+	c.Compact()
+	var kept []string
+	for _, r := range e.readOn(c, e.set.Changelog) {
+		if string(r.Key) == fmt.Sprint(gone) {
+			kept = append(kept, fmt.Sprintf("offset %d value %q", r.Offset, r.Value))
+		}
+	}
+	if want := map[bool]int{true: 1, false: 0}[tombstoneStays]; len(kept) != want || (want == 1 && !strings.Contains(kept[0], `value ""`)) {
+		t.Fatalf("compaction left records %v of user %d; want the tombstone %v", kept, gone, tombstoneStays)
+	}
+	starts, err := e.adm.ListStartOffsets(e.ctx(30*time.Second), changelog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := starts.Lookup(changelog, 0); s.Offset != 0 {
+		t.Fatalf("the compacted changelog starts at %d", s.Offset)
+	}
+
+	cfg := e.configOn(c)
+	handovers := make(chan fanout.HandoverInfo, parts)
+	cfg.EventListener.Handover = func(i fanout.HandoverInfo) { handovers <- i }
+	b := e.start(t.TempDir(), cfg)
+	b.waitReady(t, parts)
+	h := <-handovers
+	t.Logf("new owner: %v", h)
+
+	e.signal(gone, time.Now(), "left-user-7")
+	e.signal(1, time.Now(), "left-user-1")
+	e.signal(2, time.Now(), "active-user-2")
+	e.waitCommittedOn()
+	var forwarded []string
+	for _, r := range e.readOn(c, e.set.Cohort) {
+		forwarded = append(forwarded, string(r.Value))
+	}
+	if fmt.Sprint(forwarded) != "[judge active-user-2]" {
+		t.Fatalf("forwarded %q, want [judge active-user-2]: user %d, who left, was restored as active (%v)", forwarded, gone, h)
+	}
+	if h.Source != "replay" {
+		t.Fatalf("new owner: %v, want a replay", h)
+	}
 }

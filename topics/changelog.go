@@ -11,7 +11,10 @@ import (
 // the user's whole membership record after one applied command. The topic
 // is compacted, so the latest record per user is the user's state; it is
 // what the purge job reads, and the processor's status API answers the same
-// shape. All times are nanoseconds since the Unix epoch.
+// shape. All times are nanoseconds since the Unix epoch. The processor
+// writes no tombstone (a nil value); one written by others changes no
+// state, and a restore from the changelog never takes its user for one
+// who never left (the README's "Tombstones").
 //
 //	{"user_id":42,"status":"left","left_at_ns":1764633600000000000,
 //	 "history":[{"left_at_ns":1700000000000000000,"rejoined_at_ns":1710000000000000000}],
