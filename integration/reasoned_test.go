@@ -15,6 +15,7 @@ import (
 
 	"github.com/cohortgate/cohortgate/integration/workload"
 	"github.com/cohortgate/cohortgate/pkg/fanout"
+	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -386,5 +387,111 @@ func testTombstone(t *testing.T, deleteRetention string, tombstoneStays bool) {
 	}
 	if h.Source != "replay" {
 		t.Fatalf("new owner: %v, want a replay", h)
+	}
+}
+
+// TestHistoryOmittedAfterCompaction: a changelog record too large for
+// the topic leaves out the user's oldest episodes and counts them in
+// history_omitted. The record said they were "in the user's earlier
+// records"; compaction keeps only the latest record of a user, so once it
+// ran no record held them. What holds instead, and what the README and
+// the record's documentation now say: the omitted episodes are the
+// oldest closed ones, which held no forwarded signal of the user outside
+// its late-leave windows, and every window stays in the record (pkg/fanout
+// TestTrimChangelog); the owner's store keeps the whole history, and an
+// owner without it rebuilds it from the commands (a trimmed record
+// carries no restore header, so a new owner replays).
+func TestHistoryOmittedAfterCompaction(t *testing.T) {
+	const parts = 1
+	c := privateBroker(t)
+	e := envOn(t, c, parts)
+	changelog := string(e.set.Changelog)
+	if _, err := e.adm.AlterTopicConfigs(e.ctx(30*time.Second), []kadm.AlterConfig{
+		{Op: kadm.SetConfig, Name: "max.message.bytes", Value: kadm.StringPtr("6000")},
+	}, changelog); err != nil {
+		t.Fatal(err)
+	}
+	filler := func(name string) {
+		e.produce(&kgo.Record{Topic: changelog, Key: []byte(name), Value: []byte("not a user")})
+	}
+	filler("keeps-the-start") // see TestTombstoneNeverReactivates
+
+	a := e.start(t.TempDir(), e.configOn(c))
+	a.waitReady(t, parts)
+	const user, episodes = 9, 120
+	t0 := base()
+	for i := range episodes {
+		at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		e.command(topics.Leave, user, at)
+		e.command(topics.Rejoin, user, at.Add(5*time.Millisecond))
+	}
+	last := e.command(topics.Leave, user, t0.Add(episodes*10*time.Millisecond))
+	rec := e.waitLatest(c, user, last.Offset)
+	if rec.Status != "left" || rec.HistoryOmitted == 0 || rec.HistoryOmitted+len(rec.History) != episodes {
+		t.Fatalf("latest record: status %s, %d episodes and %d omitted; want left, %d in all, some omitted",
+			rec.Status, len(rec.History), rec.HistoryOmitted, episodes)
+	}
+	e.signal(1000, time.Now(), "judge")
+	e.waitCommittedOn()
+	if err := a.stop(t); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+
+	filler("the-active-segment")
+	c.Compact()
+	held := make(map[uint64]bool) // episode starts some record of the user holds
+	records := 0
+	for _, r := range e.readOn(c, e.set.Changelog) {
+		if u, err := topics.ParseUserID(r.Key); err != nil || u != user {
+			continue
+		}
+		records++
+		rec, err := topics.DecodeMemberRecord(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ep := range rec.History {
+			held[ep.LeftAtNs] = true
+		}
+	}
+	t.Logf("after compaction: %d records of the user hold %d of its %d episodes", records, len(held), episodes)
+	if records != 1 || len(held) != episodes-rec.HistoryOmitted {
+		t.Fatalf("after compaction %d records hold %d episodes; want the latest alone, with %d", records, len(held), episodes-rec.HistoryOmitted)
+	}
+
+	// A new owner replays (the trimmed record has no restore header) and
+	// holds the whole history again.
+	cfg := e.configOn(c)
+	handovers := make(chan fanout.HandoverInfo, parts)
+	cfg.EventListener.Handover = func(i fanout.HandoverInfo) { handovers <- i }
+	dir := t.TempDir()
+	b := e.start(dir, cfg)
+	b.waitReady(t, parts)
+	if h := <-handovers; h.Source != "replay" {
+		t.Fatalf("new owner: %v, want a replay", h)
+	}
+	if err := b.stop(t); err != nil {
+		t.Fatalf("b: %v", err)
+	}
+	store, err := membership.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var got []membership.Episode
+	if err := store.Export(func(u uint64, d []byte) error {
+		if u == user {
+			dump, err := membership.DecodeDump(d)
+			if err != nil {
+				return err
+			}
+			got = dump.Member.History
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != episodes || got[0].LeftAtNs != uint64(t0.UnixNano()) {
+		t.Fatalf("the new owner's store holds %d episodes of the user (first %+v), want all %d", len(got), got, episodes)
 	}
 }

@@ -32,8 +32,12 @@ type MemberRecord struct {
 	History []Episode `json:"history"`
 	// HistoryOmitted is how many of the oldest episodes a record leaves
 	// out because the whole history did not fit the changelog topic's
-	// max.message.bytes; they are in the user's earlier records. Absent
-	// (0) otherwise.
+	// max.message.bytes; absent (0) otherwise. Compaction keeps only a
+	// user's latest record, so the changelog may hold them nowhere else.
+	// They are closed episodes, which held no forwarded signal of the
+	// user outside LateLeaves, which a record never leaves out; the
+	// processor's store keeps the whole history, and its status API
+	// answers it.
 	HistoryOmitted int `json:"history_omitted,omitempty"`
 	// LateLeaves lists the windows in which signals of this user may have
 	// been forwarded although the user had left: leaves that reached the
