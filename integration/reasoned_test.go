@@ -4,6 +4,9 @@ import (
 	be "encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -494,4 +497,85 @@ func TestHistoryOmittedAfterCompaction(t *testing.T) {
 	if len(got) != episodes || got[0].LeftAtNs != uint64(t0.UnixNano()) {
 		t.Fatalf("the new owner's store holds %d episodes of the user (first %+v), want all %d", len(got), got, episodes)
 	}
+}
+
+// copyTree copies the regular files and directories under src to dst, as
+// cp -r or a file-level backup would.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, b, 0o644)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCopiedDataDirIsRefused: without --transactional-id, an instance's
+// transactional ID is kept in its data dir, so a second processor started
+// on a copy of the dir had the same one. Each start of a session fences
+// the other's, which replaces its own and fences back: both end their
+// transactions with an unknown outcome, over and over. The copy is now
+// refused at start, with what to do; the original runs on.
+func TestCopiedDataDirIsRefused(t *testing.T) {
+	const parts = 2
+	e := newEnv(t, parts)
+	orig := filepath.Join(t.TempDir(), "data")
+	first := e.runBinary(orig)
+	first.waitReady(t)
+	first.stop(t)
+	cp := filepath.Join(t.TempDir(), "copy")
+	copyTree(t, orig, cp)
+
+	first = e.runBinary(orig)
+	first.waitReady(t)
+	second := e.runBinary(cp)
+	unknown := func(b *binary) string { // "-" while it serves no metrics
+		code, body, err := b.get("/metrics")
+		if err != nil || code != 200 {
+			return "-"
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, `cohortgate_transactions_total{outcome="unknown"} `); ok {
+				return v
+			}
+		}
+		return "0"
+	}
+	var exit error
+	eventually(t, 60*time.Second, func() error {
+		select {
+		case exit = <-second.exited:
+			return nil
+		default:
+		}
+		for p := range int32(parts) { // signals keep transactions going
+			e.produce(&kgo.Record{Topic: string(e.set.Signals), Partition: p, Key: topics.AppendUserID(nil, uint64(p)), Value: []byte("s")})
+		}
+		u1, u2 := unknown(first), unknown(second)
+		return fmt.Errorf("a second processor runs on a copy of the first's data dir; transactions ended with an unknown outcome: %s by the first, %s by the second", u1, u2)
+	})
+	if exit == nil || !strings.Contains(second.stderr.String(), "looks like a copy") {
+		t.Fatalf("the processor on the copy exited with %v, saying:\n%s", exit, second.stderr.String())
+	}
+	t.Logf("the copy was refused: %s", strings.TrimSpace(second.stderr.String()))
+	first.waitReady(t)
 }
