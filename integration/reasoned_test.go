@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -578,4 +579,54 @@ func TestCopiedDataDirIsRefused(t *testing.T) {
 	}
 	t.Logf("the copy was refused: %s", strings.TrimSpace(second.stderr.String()))
 	first.waitReady(t)
+}
+
+// TestFiguresRestoreLeaverCheck prints what the restore's check of the
+// users who left (TestTombstoneNeverReactivates) costs beside the
+// changelog read: COHORTGATE_FIGURES_USERS users with a leave and a
+// rejoin each, on an embedded broker of the test's own, restored by five
+// empty owners in turn. It checks nothing; without the variable it is
+// skipped.
+//
+//	COHORTGATE_FIGURES_USERS=100000 go test -run TestFiguresRestoreLeaverCheck -v ./integration/
+func TestFiguresRestoreLeaverCheck(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("COHORTGATE_FIGURES_USERS"))
+	if n <= 0 {
+		t.Skip("COHORTGATE_FIGURES_USERS is not set")
+	}
+	c := privateBroker(t)
+	e := envOn(t, c, 1)
+	t0 := time.Now().Add(-time.Hour)
+	var batch []*kgo.Record
+	for u := range n {
+		for i, op := range []topics.Op{topics.Leave, topics.Rejoin} {
+			cmd := topics.Command{Op: op, UserID: uint64(u), AtNs: uint64(t0.Add(time.Duration(i) * time.Second).UnixNano()), HasAt: true, RequestID: "m"}
+			batch = append(batch, &kgo.Record{Topic: string(e.set.Commands), Key: topics.AppendUserID(nil, uint64(u)), Value: topics.AppendCommand(nil, cmd)})
+		}
+		if len(batch) >= 10000 {
+			e.produce(batch...)
+			batch = batch[:0]
+		}
+	}
+	e.produce(batch...)
+	a := e.start(t.TempDir(), e.configOn(c))
+	a.waitReady(t, 1)
+	e.signal(1<<40, time.Now(), "judge")
+	e.waitCommittedOn()
+	if err := a.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		cfg := e.configOn(c)
+		hs := make(chan fanout.HandoverInfo, 1)
+		cfg.EventListener.Handover = func(i fanout.HandoverInfo) { hs <- i }
+		b := e.start(t.TempDir(), cfg)
+		b.waitReady(t, 1)
+		h := <-hs
+		t.Logf("%s: %d users, %d records: read %v, leavers checked %v, written %v, took %v", h.Source, h.Users, h.Records,
+			h.Read.Round(time.Millisecond), h.Checked.Round(time.Millisecond), h.Written.Round(time.Millisecond), h.Took.Round(time.Millisecond))
+		if err := b.stop(t); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -280,9 +280,11 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		return fmt.Errorf("%d users' latest changelog records carry no restore header (written by an older "+
 			"version, trimmed to fit with history_omitted, or tombstones)", missing), nil
 	}
+	checking := time.Now()
 	if why, err := a.checkLeavers(ctx, c, refs); why != nil || err != nil {
 		return why, err
 	}
+	info.Checked = time.Since(checking)
 	// Decoding the headers and writing the tables is most of the work
 	// after the read: each of restoreWorkers goroutines does it for a
 	// range of users, into a part of the import of its own, joined
@@ -309,14 +311,14 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 			return fmt.Errorf("a user's restore header does not decode: %w", p.why), nil
 		}
 	}
-	info.Written = time.Since(start) - info.Read
+	info.Written = time.Since(start) - info.Read - info.Checked
 	if err := im.SetCheckpoint(string(a.cfg.Topics.Commands), c.partition, c.judgedBelow); err != nil {
 		return nil, err
 	}
 	if err := im.Commit(); err != nil {
 		return nil, fmt.Errorf("unable to store the users restored from the changelog: %w", err)
 	}
-	info.Ingested = time.Since(start) - info.Read - info.Written
+	info.Ingested = time.Since(start) - info.Read - info.Checked - info.Written
 	reflected := make(map[uint64]int64)
 	gated := 0
 	for i := range parts {
@@ -332,7 +334,7 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 			return nil, err
 		}
 	}
-	info.Gated = time.Since(start) - info.Read - info.Written - info.Ingested
+	info.Gated = time.Since(start) - info.Read - info.Checked - info.Written - info.Ingested
 	c.recovery.done = true
 	if err := a.rec.attachAll(view.windows, &c.recovery); err != nil {
 		return nil, err
