@@ -156,7 +156,7 @@ func (m *migrator) once(ctx context.Context, c *claim, restored bool) (read, cop
 			if _, err := topics.ParseUserID(r.Key); err != nil || m.kp.of(r.Key, m.partitions) != c.partition {
 				return // not a command of this partition's users: its own owner settles it
 			}
-			pending = append(pending, republishRecord(r, c.partition))
+			pending = append(pending, republishCommand(r, c.partition))
 		})
 		if len(pending) >= migrateChunk {
 			if err := flush(); err != nil {
