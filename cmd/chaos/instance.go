@@ -34,15 +34,15 @@ type instance struct {
 		sync.Mutex
 		cmd      *exec.Cmd
 		http     string
-		api      string // --api-addr: /v1/, with the token the processor keeps in dir
+		api      string        // --api-addr: /v1/, with the token the processor keeps in dir
 		exited   chan struct{} // closed when the current process has exited
 		expected bool          // we asked the current process to end
 		stopped  bool          // SIGSTOPped
 		// expectNext: the next start's process is expected to end on
 		// its own (a start the processor must refuse).
 		expectNext bool
-		extra    []string      // flags added to args from the next start on
-		starts   int
+		extra      []string // flags added to args from the next start on
+		starts     int
 	}
 }
 
