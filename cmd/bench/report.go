@@ -342,7 +342,7 @@ func (r *results) topFramesSection(w writef) {
 
 type writef func(format string, args ...any)
 
-// target is one of issue 7's targets next to what this run measured.
+// target is one of the throughput targets next to what this run measured.
 type target struct {
 	Figure, Want, Got string
 	Met               string // "yes", "no", or "–" when not measured
@@ -355,7 +355,7 @@ const (
 	gateBuild10M   = "Build/impl=gate/capacity/members=10M"
 )
 
-// targets compares the run with issue 7's targets besides the throughput
+// targets compares the run with the throughput targets besides the throughput
 // ratios (those are in costRatios, over the rounds): lookups are serial,
 // one goroutine, as a partition's worker does them; restore is the
 // largest store restored.

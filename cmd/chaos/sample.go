@@ -39,7 +39,7 @@ type soakMetric struct {
 	scale    float64 // shown value = value / scale
 }
 
-// soakMetrics are the figures of issue 14, in CSV and panel order. The
+// soakMetrics are the soak's figures, in CSV and panel order. The
 // Go runtime's and the process's series come from client_golang's Go and
 // process collectors, which the processor registers.
 var soakMetrics = [...]soakMetric{
