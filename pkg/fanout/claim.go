@@ -101,7 +101,6 @@ type claim struct {
 // under an older count, of users the claiming partition owns now.
 type tail struct {
 	partition int32
-	judged    int64 // below it, the partition's users' changelog records hold the commands
 	end       int64 // its end when the claim was made
 }
 
