@@ -101,6 +101,7 @@ type claim struct {
 // under an older count, of users the claiming partition owns now.
 type tail struct {
 	partition int32
+	parts     int32 // the commands' count its commands were last read under; 0 if unknown
 	end       int64 // its end when the claim was made
 }
 

@@ -141,7 +141,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			c.inheritedMaxNs = m.eventNs
 			c.judgedBelow = m.judged
 		}
-		c.tails = mig.tailsOf(part, ends)
+		c.tails = mig.tailsOf(part, seen, ends)
 		if _, stale := mig.stale[part]; stale {
 			c.tailEnd = ends[part]
 		}
@@ -227,13 +227,13 @@ func (o *ownership) migration(seen map[int32]committedMeta) migration {
 // tailsOf lists the commands of the stale partitions other than part that
 // its new owner must re-publish before it forwards: each from offset 0
 // to its end now (migrate.go says why from 0).
-func (mig migration) tailsOf(part int32, ends map[int32]int64) []tail {
+func (mig migration) tailsOf(part int32, seen map[int32]committedMeta, ends map[int32]int64) []tail {
 	var out []tail
 	for p := range mig.stale {
 		if p == part {
 			continue
 		}
-		out = append(out, tail{partition: p, end: ends[p]})
+		out = append(out, tail{partition: p, parts: seen[p].commandsParts, end: ends[p]})
 	}
 	slices.SortFunc(out, func(a, b tail) int { return int(a.partition - b.partition) })
 	return out

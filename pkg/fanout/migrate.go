@@ -40,8 +40,11 @@ import (
 // every command of the user copied before any command produced under m
 // is applied, the replay meets them in the order they were produced, as
 // the restored state does; the copies are duplicates for the restored
-// state (rule C5). (A command produced under m before the copies are
-// acknowledged is still met first by a replay.)
+// state (rule C5). The order is the one the user's commands were applied
+// in under the old count: those of the partition its key had then, where
+// a misrouted command was applied as its rule-C2 copy; the misrouted
+// original elsewhere is not copied. (A command produced under m before
+// the copies are acknowledged is still met first by a replay.)
 //
 // The owner of the partition a command was found in re-publishes it too,
 // by rule C2, when it reads it: every copy after the first changes
@@ -101,11 +104,13 @@ func (m *migrator) migrate(ctx context.Context, c *claim, restored bool) error {
 func (m *migrator) once(ctx context.Context, c *claim) (read, copied int, err error) {
 	from := make(map[int32]kgo.Offset)
 	want := make(map[int32]int64)
+	under := make(map[int32]int32) // a tail's count its commands were read under, 0 if unknown
 	var parts []int32
 	for _, t := range c.tails {
 		if t.end > 0 {
 			from[t.partition] = kgo.NewOffset().At(0)
 			want[t.partition] = t.end
+			under[t.partition] = t.parts
 			parts = append(parts, t.partition)
 		}
 	}
@@ -162,6 +167,15 @@ func (m *migrator) once(ctx context.Context, c *claim) (read, copied int, err er
 			read++
 			if _, err := topics.ParseUserID(r.Key); err != nil || m.kp.of(r.Key, m.partitions) != c.partition {
 				return // not a command of this partition's users: its own owner settles it
+			}
+			if k := under[r.Partition]; k > 0 && m.kp.of(r.Key, k) != r.Partition {
+				// Misrouted under the count its partition was read
+				// under: it was applied, in order, as the copy rule C2
+				// put in its user's partition then, which is copied from
+				// there; copied from here too, it could land before the
+				// commands before it. Not re-published yet, its
+				// partition's owner re-publishes it now (rule C2).
+				return
 			}
 			pending = append(pending, republishCommand(r, c.partition))
 		})
