@@ -603,3 +603,39 @@ func TestGrowthEqualsReplay(t *testing.T) {
 		})
 	}
 }
+
+// TestGrowthMigratesUnjudgedPartition: a processor ran under 2
+// partitions and committed offset metadata for partition 1 that judged
+// no command (there was none yet). While no processor ran, a user of
+// partition 1 left, and the commands, signals and changelog grew to 4,
+// the user's key moving to partition 3. A partition whose metadata
+// judged nothing under the old count was not taken for one whose
+// commands must be copied to their users' new partitions: partition 3
+// was ready with the user active, and the leave reached it only when
+// partition 1's owner re-published it (rule C2), as if it had been
+// misrouted, after signals of the user may have been forwarded. (Found
+// by TestShortcutsEqualReplay, where the leave was applied just before a
+// growth and its changelog record had not committed yet.)
+func TestGrowthMigratesUnjudgedPartition(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.config()
+	a := e.start(t.TempDir(), cfg)
+	a.waitReady(t, 2)
+	e.judgeAll(2, "a")
+	if err := a.stop(t); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	u := userMoving(2, 1, 4, 3)
+	t0 := time.Now()
+	e.command(topics.Leave, u, t0) // to partition 1 of 2: the test's client knows 2
+	e.grow(4, e.set.Commands, e.set.Signals, e.set.Changelog)
+	e.waitPartitions(map[topics.Topic]int32{e.set.Commands: 4, e.set.Signals: 4, e.set.Changelog: 4})
+
+	b := e.start(t.TempDir(), cfg)
+	b.waitReady(t, 4)
+	// Ready means partition 3 caught up with its commands: the leave must
+	// be among them, not on its way.
+	if m, err := b.Member(u); err != nil || m.Status != "left" {
+		t.Fatalf("user %d once partition 3 is ready: %+v, %v; want left", u, m, err)
+	}
+}

@@ -190,9 +190,9 @@ type committedMeta = offsetMeta
 // read under the old count, of users that the new count gives to other
 // partitions.
 type migration struct {
-	// stale holds the partitions whose commands below their judged
-	// offset were last read under another count, or (when a change is
-	// known) that committed no metadata at all: each new owner of a
+	// stale holds the partitions whose commands were last read under
+	// another count, or (when a change is known) that committed no
+	// metadata at all: each new owner of a
 	// partition re-publishes, before it forwards, the commands of its
 	// users that those still hold (migrate.go).
 	stale map[int32]struct{}
@@ -208,7 +208,11 @@ func (o *ownership) migration(seen map[int32]committedMeta) migration {
 	}
 	known := o.migrating
 	for part, m := range seen {
-		if m.commandsParts > 0 && m.commandsParts != n && m.judged > 0 {
+		// Read under another count, however far: commands it judged
+		// nothing of (applied, their records not committed yet when the
+		// count changed, or written while no instance ran) are as much
+		// another partition's now as those it judged.
+		if m.commandsParts > 0 && m.commandsParts != n {
 			mig.stale[part] = struct{}{}
 			known = true
 		}
