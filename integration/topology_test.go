@@ -639,3 +639,56 @@ func TestGrowthMigratesUnjudgedPartition(t *testing.T) {
 		t.Fatalf("user %d once partition 3 is ready: %+v, %v; want left", u, m, err)
 	}
 }
+
+// TestGrowthKeepsLateLeaveWindows: a signal of a user is forwarded from
+// partition 1 of 2; the commands, signals and changelog grow to 4, the
+// user's key moving to partition 3; then the user leaves late, its
+// boundary before the signal. The new partition 3 had no offset metadata,
+// so its claim took no earlier owner for having decided anything, found
+// no forwarded signal of the user in its own record, and recorded no
+// window: the forwarded signal leaked silently (promise 2). A claim made
+// under a count that changed since its partition's metadata now inherits
+// the highest event time any partition decided, and records the window,
+// not exact. (Found by TestShortcutsEqualReplay.)
+func TestGrowthKeepsLateLeaveWindows(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.config()
+	cfg.TopologyInterval = 100 * time.Millisecond
+	a := e.start(t.TempDir(), cfg)
+	a.waitReady(t, 2)
+	u := userMoving(2, 1, 4, 3)
+	t0 := time.Now().Truncate(time.Millisecond)
+	e.signal(u, t0.Add(100*time.Millisecond), "before-growth")
+	e.waitDecided()
+	e.assertForwarded([]string{"before-growth"}, nil)
+
+	e.grow(4, e.set.Commands, e.set.Signals, e.set.Changelog)
+	e.waitPartitions(map[topics.Topic]int32{e.set.Commands: 4, e.set.Signals: 4, e.set.Changelog: 4})
+	a.waitReady(t, 4)
+	fresh, err := kgo.NewClient(kgo.SeedBrokers(broker.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	c := topics.Command{Op: topics.Leave, UserID: u, AtNs: uint64(t0.UnixNano()), HasAt: true, RequestID: "late"}
+	r := &kgo.Record{Topic: string(e.set.Commands), Key: topics.AppendUserID(nil, u), Value: topics.AppendCommand(nil, c)}
+	if err := fresh.ProduceSync(e.ctx(30*time.Second), r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Partition != 3 {
+		t.Fatalf("the leave of user %d landed in partition %d, want 3 (of 4)", u, r.Partition)
+	}
+	ts := uint64(t0.Add(100 * time.Millisecond).UnixNano())
+	eventually(t, 30*time.Second, func() error {
+		m, err := a.Member(u)
+		if err != nil || m.Status != "left" {
+			return fmt.Errorf("user %d: %+v, %v; want left", u, m, err)
+		}
+		if !slices.ContainsFunc(m.LateLeaves, func(w topics.LateLeave) bool {
+			return w.LeftAtNs <= ts && ts <= w.ForwardedThroughNs
+		}) {
+			t.Fatalf("user %d left at %d after its signal at %d was forwarded; windows %+v hold none of it", u, t0.UnixNano(), ts, m.LateLeaves)
+		}
+		return nil
+	})
+}

@@ -32,8 +32,10 @@ type claim struct {
 	// the claim is shared.
 	judgedBelow int64
 	// inheritedMaxNs is the highest event time earlier owners decided (from
-	// the offset metadata), -1 if none: a leave after it cannot have
-	// leaked a signal they forwarded. Set before the claim is shared.
+	// the offset metadata: the partition's, or every partition's when the
+	// commands' count changed since the partition's), -1 if none: a leave
+	// after it cannot have leaked a signal they forwarded. Set before the
+	// claim is shared.
 	inheritedMaxNs int64
 	// fwd remembers the signals this claim forwarded, for exact late-leave
 	// windows.

@@ -141,6 +141,17 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			c.inheritedMaxNs = m.eventNs
 			c.judgedBelow = m.judged
 		}
+		if len(mig.stale) > 0 && m.commandsParts != o.layout.partitions() {
+			// The count changed since this partition's metadata (or it
+			// has none): its users' signals were decided under the old
+			// count in whichever partitions their keys had then, so a
+			// late leave here may have let through a signal any of them
+			// decided (its window is then not exact).
+			if e := highestEventNs(seen); e > c.inheritedMaxNs {
+				c.maxEventNs.Store(e)
+				c.inheritedMaxNs = e
+			}
+		}
 		c.tails = mig.tailsOf(part, seen, ends)
 		if _, stale := mig.stale[part]; stale {
 			c.tailEnd = ends[part]
@@ -152,6 +163,16 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		start[part] = kgo.NoResetOffset().At(next)
 	}
 	return start
+}
+
+// highestEventNs is the highest event time any partition's metadata in seen
+// says was decided, -1 if none.
+func highestEventNs(seen map[int32]committedMeta) int64 {
+	out := int64(-1)
+	for _, m := range seen {
+		out = max(out, m.eventNs)
+	}
+	return out
 }
 
 // layoutClaim sets what c's offset metadata says of the layout (see
