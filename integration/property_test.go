@@ -294,14 +294,14 @@ func (h *history) step() {
 	case r < 30:
 		h.signals()
 	case r < 45:
-		h.command(topics.Leave, 0)
+		h.command(0, topics.Leave, time.Time{})
 	case r < 53:
 		// A late leave: its boundary before signals of the user already
 		// forwarded, once every signal so far was decided.
 		h.judge(h.cfg.Group)
-		h.command(topics.Leave, time.Duration(100+h.rng.IntN(1400))*time.Millisecond)
+		h.lateLeave()
 	case r < 66:
-		h.command(topics.Rejoin, 0)
+		h.command(0, topics.Rejoin, time.Time{})
 	case r < 74:
 		h.redeliver()
 	default:
@@ -329,14 +329,33 @@ func (h *history) signals() {
 	h.logf("%d signals", n)
 }
 
-// command produces a command of a random user with the boundary now less
-// late; a rejoin is sometimes stamped before the user's leave (refused,
-// rule C7). One in five is produced to a partition other than its key's.
-func (h *history) command(op topics.Op, late time.Duration) {
-	user := 1 + h.rng.Uint64N(propUsers)
-	at := time.Now().Add(-late)
+// lateLeave produces a leave whose boundary is before a signal of its
+// user produced in the last 1.5 s (most often forwarded by now), or, when
+// there is none, a leave of a random user stamped up to 1.5 s ago.
+func (h *history) lateLeave() {
+	var recent []propSignal
+	for i := len(h.sigs) - 1; i >= 0 && time.Since(h.sigs[i].ts) < 1500*time.Millisecond; i-- {
+		recent = append(recent, h.sigs[i])
+	}
+	if len(recent) == 0 {
+		h.command(1+h.rng.Uint64N(propUsers), topics.Leave, time.Now().Add(-time.Duration(100+h.rng.IntN(1400))*time.Millisecond))
+		return
+	}
+	s := recent[h.rng.IntN(len(recent))]
+	h.command(s.user, topics.Leave, s.ts.Add(-time.Duration(h.rng.IntN(100))*time.Millisecond))
+}
+
+// command produces a command of user with boundary at (a random user and
+// now when user is 0); a rejoin is sometimes stamped before the user's
+// leave (refused, rule C7). One in five is produced to a partition other
+// than its key's.
+func (h *history) command(user uint64, op topics.Op, at time.Time) {
+	late := time.Since(at) > 50*time.Millisecond
+	if user == 0 {
+		user, at, late = 1+h.rng.Uint64N(propUsers), time.Now(), false
+	}
 	what := op.String()
-	if late > 0 {
+	if late {
 		what = "late " + what
 	}
 	if op == topics.Rejoin && h.rng.IntN(5) == 0 {
