@@ -802,9 +802,7 @@ func (h *history) members(pr *proc) map[uint64]topics.MemberRecord {
 }
 
 // identities returns the command identities the store in dir remembers
-// for each user, as its dump holds them: at its end, each a 16-byte
-// digest, the u64 order it was remembered in and a byte of flags
-// (refused), in digest order.
+// for each user, as its dump holds them.
 func identities(t *testing.T, dir string) map[uint64][]byte {
 	t.Helper()
 	store, err := membership.Open(dir, nil)
@@ -818,8 +816,7 @@ func identities(t *testing.T, dir string) map[uint64][]byte {
 		if err != nil {
 			return fmt.Errorf("user %d: %w", u, err)
 		}
-		const identityLen = 16 + 8 + 1
-		out[u] = bytes.Clone(d[len(d)-identityLen*dump.Identities:])
+		out[u] = bytes.Clone(dumpIdentities(d, dump))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
