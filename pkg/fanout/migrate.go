@@ -43,8 +43,12 @@ import (
 // state (rule C5). The order is the one the user's commands were applied
 // in under the old count: those of the partition its key had then, where
 // a misrouted command was applied as its rule-C2 copy; the misrouted
-// original elsewhere is not copied. (A command produced under m before
-// the copies are acknowledged is still met first by a replay.)
+// original elsewhere is not copied. Two cases remain where a replay
+// meets a user's commands in another order than the live owner applied
+// them: a command produced under m before the copies are acknowledged,
+// and an original misrouted under n into the partition its user has
+// under m, which a replay reads where it lies, before the copies (nothing
+// in the log says that it was written under another count).
 //
 // The owner of the partition a command was found in re-publishes it too,
 // by rule C2, when it reads it: every copy after the first changes
