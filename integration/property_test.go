@@ -765,7 +765,7 @@ func (h *history) finish() {
 			}
 		}
 	}
-	h.t.Logf("%d steps, %d commands, %d signals, %d forwarded, %d of them in an episode (all after a late leave, in a window: %d)",
+	h.t.Logf("%d steps, %d commands, %d signals, %d forwarded, %d of them in an episode, %d of those after a late leave and in a window",
 		len(h.steps), len(h.cmds), len(h.sigs), len(forwarded), inEpisode, late)
 }
 
