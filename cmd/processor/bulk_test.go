@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/topics"
 )
@@ -174,5 +176,57 @@ func TestReadUsers(t *testing.T) {
 	}
 	if _, err := readUsers(strings.NewReader("1\n" + strings.Repeat("9", maxLineBytes+1))); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("a line over %d bytes: %v", maxLineBytes, err)
+	}
+}
+
+// TestBulkNoReceipts: with no processor to answer, a job gives up once
+// nothing moved for --timeout, and says how many receipts are missing
+// and that the same job may run again.
+func TestBulkNoReceipts(t *testing.T) {
+	set := topics.Defaults()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, string(set.Commands), string(set.Changelog), string(set.DLQ)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	file := filepath.Join(t.TempDir(), "users.txt")
+	if err := os.WriteFile(file, []byte("1\n2\n3\n4\n5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, stderr bytes.Buffer
+	jobID := "nobody-listens@" + time.Now().UTC().Format(time.RFC3339)
+	err = dispatch(context.Background(), []string{"leave", "--brokers", strings.Join(cluster.ListenAddrs(), ","), "--from", file,
+		"--job", jobID, "--timeout", "1s"}, &out, &stderr)
+	var failed *cmdline.Failed
+	if !errors.As(err, &failed) || failed.Code != 1 {
+		t.Errorf("a job nobody answers: %v, want exit status 1\n%s", err, stderr.String())
+	}
+	if !regexp.MustCompile(`(?m)^  no receipt +5  `).MatchString(out.String()) ||
+		!strings.Contains(out.String(), "5 of 5 users not done: run the same command again, with --job "+jobID) ||
+		!strings.Contains(out.String(), "no progress for --timeout 1s") {
+		t.Errorf("summary of a job nobody answers:\n%s", out.String())
+	}
+	if !strings.Contains(stderr.String(), "published 5, receipts pending 0") {
+		t.Errorf("last progress line of a job nobody answers:\n%s", stderr.String())
+	}
+}
+
+// TestProgressTerminal: on a terminal the line is rewritten in place,
+// and the last one ends it.
+func TestProgressTerminal(t *testing.T) {
+	var buf bytes.Buffer
+	tl := newTally(10, time.Now())
+	tl.published.Store(4)
+	tl.answered.Store(3)
+	p := &progress{w: &buf, tty: true, every: 200 * time.Millisecond, op: topics.Leave, t: tl, start: time.Now()}
+	p.draw(false)
+	if got := buf.String(); !strings.HasPrefix(got, "\rleave: 3/10 done (30%), ") || !strings.Contains(got, "published 4, receipts pending 1") ||
+		!strings.HasSuffix(got, "\x1b[K") {
+		t.Errorf("a line on a terminal: %q", got)
+	}
+	buf.Reset()
+	p.draw(true)
+	if got := buf.String(); !strings.HasPrefix(got, "\r") || !strings.HasSuffix(got, "\x1b[K\n") {
+		t.Errorf("the last line on a terminal: %q", got)
 	}
 }
