@@ -35,7 +35,7 @@ func (k *kafkaFlags) register(f *flags) {
 // client checks the connection settings against the brokers, so that a
 // wrong TLS or SASL setting names its likely cause instead of surfacing
 // as a bare EOF after --timeout, and returns a client with them.
-func (k *kafkaFlags) client(ctx context.Context) (*client.Client, error) {
+func (k *kafkaFlags) client(ctx context.Context, opts ...client.Opt) (*client.Client, error) {
 	if err := k.security.Validate(); err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func (k *kafkaFlags) client(ctx context.Context) (*client.Client, error) {
 	if err := k.security.Check(ctx, seeds); err != nil {
 		return nil, err
 	}
-	c, err := client.New(client.Brokers(seeds...), client.Security(k.security), client.Topics(k.topics.set()))
+	c, err := client.New(append([]client.Opt{client.Brokers(seeds...), client.Security(k.security), client.Topics(k.topics.set())}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("--brokers %s: %w", k.brokers, err)
 	}
@@ -58,24 +58,31 @@ type commandOptions struct {
 	requestID string
 	wait      bool
 	timeout   time.Duration
+	bulk      bulkOptions
 }
 
 // publish is `processor leave` and `processor rejoin`, a thin wrapper of
 // pkg/client: it publishes one command, keyed by the user id with Kafka's
 // default partitioner, and with --wait returns only once the processor's
-// receipt is on the changelog.
+// receipt is on the changelog. With --from it publishes one per user of
+// a file, as a job (bulk).
 func publish(ctx context.Context, op topics.Op, args []string, stdout, stderr io.Writer) error {
 	o := &commandOptions{}
-	f := newFlags(op.String(), fmt.Sprintf("Publish a %s command for one user to the commands topic.", op), stdout)
+	f := newFlags(op.String(), fmt.Sprintf("Publish a %s command for one user (--user) to the commands topic, or for every user of a file\n"+
+		"(--from), as a job that may be run again: its summary says what the processor made of each.", op), stdout)
 	f.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers (host:port)")
 	o.kafkaFlags.register(f)
-	f.StringVar(&o.user, "user", "", "user id, a decimal u64 (required)")
+	f.StringVar(&o.user, "user", "", "user id, a decimal u64 (required without --from)")
 	f.StringVar(&o.atNs, "at-ns", "", "boundary in ns since the Unix epoch; empty: the record timestamp stands in")
 	f.StringVar(&o.requestID, "request-id", "", "echoed into the changelog; empty: a random one")
 	f.BoolVar(&o.wait, "wait", false, "wait for the processor's receipt on the changelog and print it")
-	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the broker (and, with --wait, the receipt)")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the broker (and, with --wait, the receipt); with --from, how long the job may go without any progress before the receipts still missing are given up")
+	o.bulk.register(f)
 	if err := f.parse(args); err != nil {
 		return err
+	}
+	if o.bulk.from != "" {
+		return bulk(ctx, op, o, stdout, stderr)
 	}
 	user, cmdOpts, err := o.command()
 	if err != nil {
@@ -126,6 +133,9 @@ func (o *commandOptions) command() (uint64, []client.CommandOpt, error) {
 	}
 	if o.timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--timeout %v: must be positive", o.timeout))
+	}
+	if o.bulk.job != "" || o.bulk.skipBad {
+		errs = append(errs, errors.New("--job and --skip-bad-lines go with --from FILE (a job of many users)"))
 	}
 	return user, opts, errors.Join(errs...)
 }

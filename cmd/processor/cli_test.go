@@ -28,11 +28,12 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestCommands drives `processor leave|rejoin|status` against `processor
-// try` (its embedded broker), all in this process: the commands are
-// thin wrappers of pkg/client, and print what they printed before.
-func TestCommands(t *testing.T) {
-	kafka, web, api, dataDir := freePort(t), freePort(t), freePort(t), t.TempDir()
+// tryProcessor runs `processor try` (its embedded broker) in this
+// process until the test ends, and returns once it is ready: its Kafka,
+// HTTP and API addresses and its data dir.
+func tryProcessor(t *testing.T) (kafka, web, api, dataDir string) {
+	t.Helper()
+	kafka, web, api, dataDir = freePort(t), freePort(t), freePort(t), t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -56,7 +57,7 @@ func TestCommands(t *testing.T) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return kafka, web, api, dataDir
 			}
 		}
 		select {
@@ -68,6 +69,13 @@ func TestCommands(t *testing.T) {
 			t.Fatal("processor not ready within 60s")
 		}
 	}
+}
+
+// TestCommands drives `processor leave|rejoin|status` against `processor
+// try` (its embedded broker), all in this process: the commands are
+// thin wrappers of pkg/client, and print what they printed before.
+func TestCommands(t *testing.T) {
+	kafka, web, api, dataDir := tryProcessor(t)
 
 	// The build and the mode, on the metrics endpoint.
 	resp, err := http.Get("http://" + web + "/metrics")

@@ -7,7 +7,8 @@
 //	processor try [flags]            run on an embedded broker, for trying it out (make run)
 //	processor run --brokers B [flags] run against a Kafka cluster
 //	processor leave --user N         publish a leave command
-//	processor rejoin --user N        publish a rejoin command
+//	processor leave --from FILE --job LABEL@TIME   a leave for every user of FILE, with receipts and a summary
+//	processor rejoin --user N        publish a rejoin command (--from FILE, too)
 //	processor status --user N        a user's record, from the running processor (or, with --brokers, the changelog)
 //	processor version                the module version and VCS revision (also --version)
 //
@@ -50,11 +51,11 @@ func commands() []command {
 			func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return run(ctx, args, false, stdout, stderr)
 			}},
-		{"leave", "publish a leave command for one user (--user N, --wait for the receipt)",
+		{"leave", "publish a leave command for one user (--user N, --wait for the receipt), or for every user of a file (--from FILE --job LABEL@TIME)",
 			func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return publish(ctx, topics.Leave, args, stdout, stderr)
 			}},
-		{"rejoin", "publish a rejoin command for one user (--user N, --wait for the receipt)",
+		{"rejoin", "publish a rejoin command for one user (--user N, --wait for the receipt), or for every user of a file (--from FILE --job LABEL@TIME)",
 			func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return publish(ctx, topics.Rejoin, args, stdout, stderr)
 			}},

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -66,6 +67,36 @@ func (c *Client) PublishAsync(ctx context.Context, r Request, done func(Publishe
 		}
 		c.onPublished(p, nil, time.Since(start))
 		done(p, nil)
+	})
+}
+
+// ApplyAsync publishes r without waiting for Kafka, as [Client.PublishAsync]
+// does, and then waits for the processor's answer to it through the
+// receipt watcher, as [Client.ReceiptAsync] does: done is called once
+// with its Result — Published is the zero value when r was not published
+// (Err says why), and filled when only the receipt is missing or a
+// refusal —
+// from franz-go's or the watcher's goroutine, and must not block. The
+// watcher is started before r's record is stamped, so that it reads r's
+// answer however early the processor writes it: a stream of ApplyAsync
+// calls is [Client.ApplyBatch] without the slice. ctx bounds the publish
+// and the wait; without a deadline, [DefaultWait] bounds the wait.
+func (c *Client) ApplyAsync(ctx context.Context, r Request, done func(Result)) {
+	if _, err := c.watch(ctx, time.UnixMilli(c.now().UnixMilli())); err != nil {
+		done(Result{Err: fmt.Errorf("client: %s of user %d: %w", r.Op, r.UserID, err)})
+		return
+	}
+	c.PublishAsync(ctx, r, func(p Published, err error) {
+		var misrouted *MisroutedError
+		if err != nil && !errors.As(err, &misrouted) {
+			done(Result{Err: err})
+			return
+		}
+		// A misrouted command is waited for too: its receipt is that of
+		// the copy the processor re-publishes.
+		c.ReceiptAsync(ctx, p, func(rec topics.MemberRecord, err error) {
+			done(Result{Published: p, Record: rec, Err: err})
+		})
 	})
 }
 

@@ -145,3 +145,51 @@ func TestWaitTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyAsync: a stream of ApplyAsync calls gets every receipt from
+// the one watcher, which starts before the first record is stamped: no
+// command is left to a scan of its own (a reader "-read-N"), however the
+// acknowledgements of the partitions interleave.
+func TestApplyAsync(t *testing.T) {
+	brokers := processor(t)
+	var mu sync.Mutex
+	var ids []string
+	c := newClient(t, client.Brokers(brokers...), client.KafkaHooks(func(id string) []kgo.Hook {
+		mu.Lock()
+		ids = append(ids, id)
+		mu.Unlock()
+		return nil
+	}))
+	ctx := timeout(t, 60*time.Second)
+	const n = 300
+	results := make(chan client.Result, n)
+	at := time.Now().Add(-time.Second)
+	for i := range n {
+		r := client.Request{Op: topics.Leave, UserID: uint64(5000 + i), Opts: []client.CommandOpt{client.Intent("job-async", at)}}
+		c.ApplyAsync(ctx, r, func(res client.Result) { results <- res })
+	}
+	for range n {
+		var r client.Result
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			t.Fatal("not every ApplyAsync answered within 60s")
+		}
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		cmd := r.Record.Command
+		if r.Record.Status != "left" || cmd == nil || !cmd.Changed || cmd.Offset != r.Published.Offset ||
+			cmd.Partition != r.Published.Partition || r.Record.UserID != r.Published.Command.UserID {
+			t.Fatalf("receipt %s for %+v", asJSON(r.Record), r.Published)
+		}
+	}
+	mu.Lock()
+	got := slices.Clone(ids)
+	mu.Unlock()
+	for _, id := range got {
+		if id != "cohortgate-client" && id != "cohortgate-client-receipts" {
+			t.Errorf("a reader %q was made: a receipt was left to a scan of its own (clients: %q)", id, got)
+		}
+	}
+}

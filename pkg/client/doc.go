@@ -92,8 +92,10 @@
 // changelog and the DLQ (read_committed, every partition, partitions
 // added later included) from that command's timestamp on, and completes
 // every waiter ([Client.WaitReceipt], [Client.ReceiptAsync],
-// [Client.ApplyBatch]) by the position of its command. A command stamped
-// before the watcher's start, one whose answer it has forgotten
+// [Client.ApplyAsync], [Client.ApplyBatch]) by the position of its
+// command ([Client.ApplyAsync] and [Client.ApplyBatch] start it before
+// they stamp their first record). A command stamped before the
+// watcher's start, one whose answer it has forgotten
 // ([Unclaimed]), or a misrouted one is looked for by a scan of its own.
 // [Client.Status] reads every changelog partition and returns the user's
 // record that follows its latest command.
@@ -101,8 +103,10 @@
 // # In bulk
 //
 // [Client.PublishAsync] publishes without waiting (a callback per
-// command); [Client.PublishBatch] and [Client.ApplyBatch] publish a slice
-// of [Request], pipelined, the latter with every receipt. [Hooks] counts
+// command), and [Client.ApplyAsync] with the receipt too;
+// [Client.PublishBatch] and [Client.ApplyBatch] publish a slice of
+// [Request], pipelined, the latter with every receipt. A job over many users gives each command
+// [Intent] with the job's key and time, so that the job may run again. [Hooks] counts
 // what the client sends and how long receipts take; [KafkaHooks] gives
 // franz-go hooks (kprom) to every Kafka client it makes.
 //
