@@ -42,9 +42,9 @@ type Client struct {
 		// byKey places a key as Kafka's default partitioner does. Made
 		// once: making one seeds a random source (for keyless records),
 		// which cost half a bulk publish's CPU when made per command.
-		byKey kgo.TopicPartitioner
-		watcher    *watcher // started by the first receipt waited for
-		closed     bool
+		byKey   kgo.TopicPartitioner
+		watcher *watcher // started by the first receipt waited for
+		closed  bool
 	}
 }
 
