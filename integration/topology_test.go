@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,6 +232,62 @@ func TestCommandsGrownWhileRunning(t *testing.T) {
 			t.Errorf("user %d: %+v, %v; want left", u, m, err)
 		}
 	}
+}
+
+// TestLeaveInGrownPartitionBeforeTheWatcher: the commands topic grows
+// and a producer that knows the new count writes a leave to a new
+// partition, which no claim reads, then the user's signal, stamped after
+// the leave's boundary and within the grace of its acknowledgement. The
+// topics' watcher is slow here (as it is for up to its interval in
+// production): the observation that would release the signal must itself
+// see the new count, end the run and hold the signal, which is dropped
+// once the inputs grow and the leave is applied.
+func TestLeaveInGrownPartitionBeforeTheWatcher(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.config()
+	// Slow enough that signals are decided long before the watcher's
+	// first look; it also paces the wait for the inputs to agree.
+	cfg.TopologyInterval = 15 * time.Second
+	var mu sync.Mutex
+	var changes []string
+	cfg.EventListener.TopologyChanged = func(i fanout.TopologyChangedInfo) {
+		mu.Lock()
+		defer mu.Unlock()
+		changes = append(changes, i.Changes...)
+	}
+	a := e.start(t.TempDir(), cfg)
+	a.waitReady(t, 2)
+	e.judgeAll(2, "before")
+
+	e.grow(4, e.set.Commands)
+	fresh, err := kgo.NewClient(kgo.SeedBrokers(broker.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	newcomer := userMoving(2, 0, 4, 2)
+	now := time.Now()
+	c := topics.Command{Op: topics.Leave, UserID: newcomer, AtNs: uint64(now.UnixNano()), HasAt: true, RequestID: "n"}
+	r := &kgo.Record{Topic: string(e.set.Commands), Key: topics.AppendUserID(nil, newcomer), Value: topics.AppendCommand(nil, c)}
+	if err := fresh.ProduceSync(e.ctx(30*time.Second), r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Partition != 2 {
+		t.Fatalf("the leave of user %d landed in partition %d, want 2 (of 4)", newcomer, r.Partition)
+	}
+	e.signal(newcomer, now.Add(time.Millisecond), "after-the-leave")
+	eventually(t, 30*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(changes) == 0 {
+			return errors.New("no TopologyChanged event: the growth went unseen while signals were decided")
+		}
+		return nil
+	})
+	e.grow(4, e.set.Signals)
+	a.waitReady(t, 4)
+	e.judgeAll(4, "after")
+	e.assertForwarded(nil, []string{"after-the-leave"})
 }
 
 // TestGrownBetweenRunsMigrates: commands and signals grown together from

@@ -205,6 +205,35 @@ func (a *alignment) notBefore() int64 { return max(a.assignedNs, a.readyAfterNs.
 // 5 s; a log that truly went back stays back.
 const suspectFor = 15 * time.Second
 
+// countResult is what partitionCount answered.
+type countResult struct {
+	n   int32
+	err error
+}
+
+// partitionCount asks a broker for topic's partition count, bypassing the
+// client's cached metadata.
+func partitionCount(ctx context.Context, cl *kgo.Client, topic string) (int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return 0, fmt.Errorf("metadata of %s: %w", topic, err)
+		}
+		return int32(len(t.Partitions)), nil
+	}
+	return 0, fmt.Errorf("metadata without topic %s", topic)
+}
+
 // listed is a partition's end as a broker listed it, with the leader
 // epoch it answered under (-1 when it did not say: ListOffsets before v4).
 type listed struct {
@@ -226,6 +255,13 @@ type aligner struct {
 	suspectFor time.Duration
 	// list lists end offsets (see listEnds).
 	list func(ctx context.Context, parts []int32, isolation int8) (map[int32]listed, error)
+	// count asks a broker for the commands' partition count now (see
+	// partitionCount); nil in tests that do not grow the topic.
+	count func(ctx context.Context) (int32, error)
+	// partitions is the commands' partition count of the run's layout;
+	// grown makes the error that ends the run when count finds another.
+	partitions int32
+	grown      func(found int32) error
 	// owned returns the alignments of the partitions owned now.
 	owned func() []*alignment
 	// regressed makes the error that halts the processor when a commands
@@ -275,7 +311,31 @@ func (al *aligner) tick(ctx context.Context) error {
 	if al.lso {
 		isolation = isolationCommitted
 	}
+	// An observation says that every command acknowledged before sent
+	// is at or below the ends it lists, which holds only for partitions
+	// that existed at sent: a leave written to a partition the topic grew
+	// by (by a producer that knows the new count) is in none of them, and
+	// the topics' watcher may notice the growth only an interval later.
+	// So the count is asked after sent, beside the ends, and a count that
+	// differs ends the run before anything is observed: nothing is
+	// released on ends that miss a partition.
+	counted := make(chan countResult, 1)
+	if al.count != nil {
+		go func() {
+			n, err := al.count(ctx)
+			counted <- countResult{n, err}
+		}()
+	}
 	ends, err := al.list(ctx, parts, isolation)
+	if al.count != nil {
+		c := <-counted
+		switch {
+		case c.err != nil && err == nil:
+			err = c.err
+		case c.err == nil && c.n != al.partitions:
+			return al.grown(c.n)
+		}
+	}
 	if err != nil {
 		return al.listFailed(err)
 	}

@@ -495,6 +495,12 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	})
 	al := &aligner{interval: p.cfg.AlignInterval, now: p.cfg.Now, topic: commands, lso: p.cfg.UnsafeObserveLSO,
 		suspectFor: suspectFor,
+		count:      func(ctx context.Context) (int32, error) { return partitionCount(ctx, k.admCl, commands) },
+		partitions: k.signalPartitions,
+		grown: func(found int32) error {
+			return &TopologyChangedError{Changes: []string{fmt.Sprintf(
+				"%s: %d partitions, %d when the run started (seen by the commands' observation)", commands, found, k.signalPartitions)}}
+		},
 		list: func(ctx context.Context, parts []int32, isolation int8) (map[int32]listed, error) {
 			return listEnds(ctx, k.admCl, commands, parts, isolation)
 		},
