@@ -94,3 +94,64 @@ func TestKillScenarioEndToEnd(t *testing.T) {
 		t.Errorf("the tiny scenario took %v, more than a minute", took)
 	}
 }
+
+// TestTopicScenariosEndToEnd runs tiny repartition and recreate scenarios
+// of the friendly load against the in-process broker: the topics grown
+// from 2 to 4 partitions under the load (the inputs first: the order in
+// which the processor has no known leak), and the commands topic deleted
+// and created again, then the processors started with empty data dirs.
+// The oracle must find every expected signal once and nothing else, and
+// recreate's signals of fresh users must be judged too.
+func TestTopicScenariosEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the processor and runs it for about a minute")
+	}
+	bin := filepath.Join(t.TempDir(), "processor")
+	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancelBuild()
+	if out, err := exec.CommandContext(buildCtx, "go", "build", "-race", "-o", bin, "../processor").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var out, log lockedBuffer
+	err := run(ctx, []string{
+		"--processor", bin,
+		"--scenarios", "repartition,recreate",
+		"--grow-inputs-first",
+		"--signals", "3000", "--users", "300",
+		"--leave-pct", "10", "--rejoin-pct", "3",
+		"--partitions", "2",
+		"--timeout", "100s",
+		"--verify-grace", "5s",
+		"--hostile=false",
+		"--work-dir", t.TempDir(),
+	}, &out, &log)
+	t.Logf("%s", out.String())
+	if err != nil {
+		t.Fatalf("chaos: %v\nlog:\n%s", err, log.String())
+	}
+	table := out.String()
+	if !strings.Contains(table, "chaos: PASS: 2 scenarios") {
+		t.Fatalf("no PASS line:\n%s\nlog:\n%s", table, log.String())
+	}
+	for _, want := range []string{"grow ", "every processor not ready", "refused, exit status", "empty data directory"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, log.String())
+		}
+	}
+	lines := strings.Split(table, "\n")
+	for _, name := range []string{"repartition", "recreate"} {
+		var row []string
+		for _, line := range lines {
+			if f := strings.Fields(line); len(f) == 12 && f[0] == name {
+				row = f
+			}
+		}
+		// recreate adds a signal of each fresh user who left and of as
+		// many who did not (one per input here).
+		if row == nil || row[2] != row[3] || row[3] == "0" || row[4] != "0" || row[5] != "0" || row[6] != "0" || row[8] != "0" {
+			t.Errorf("%s row %q", name, row)
+		}
+	}
+}

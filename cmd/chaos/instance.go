@@ -34,9 +34,10 @@ type instance struct {
 		sync.Mutex
 		cmd      *exec.Cmd
 		http     string
-		api      string // --api-addr: /v1/, with the token the processor keeps in dir
+		api      string        // --api-addr: /v1/, with the token the processor keeps in dir
 		exited   chan struct{} // closed when the current process has exited
 		expected bool          // we asked the current process to end
+		willExit bool          // the next start is expected to end by itself (expectExit)
 		stopped  bool          // SIGSTOPped
 		extra    []string      // flags added to args from the next start on
 		starts   int
@@ -80,7 +81,7 @@ func (in *instance) start() error {
 	}
 	exited := make(chan struct{})
 	in.mu.cmd, in.mu.http, in.mu.api, in.mu.exited = cmd, addr, api, exited
-	in.mu.expected, in.mu.stopped = false, false
+	in.mu.expected, in.mu.stopped, in.mu.willExit = in.mu.willExit, false, false
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -93,6 +94,15 @@ func (in *instance) start() error {
 		}
 	}()
 	return nil
+}
+
+// expectExit marks the next start as one whose process is expected to
+// end by itself (a start the processor must refuse): its exit is no
+// finding.
+func (in *instance) expectExit() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.mu.willExit = true
 }
 
 // addFlags adds flags to every later start.
@@ -306,6 +316,19 @@ func (in *instance) wipe() error {
 	}
 	if err := os.RemoveAll(filepath.Join(in.dir, "membership")); err != nil {
 		return fmt.Errorf("%s: wipe: %w", in.name, err)
+	}
+	return nil
+}
+
+// empty deletes the instance's whole data dir (store, instance id, API
+// token, gate snapshot), as an operator does who starts it with an empty
+// data directory. The instance must not be running.
+func (in *instance) empty() error {
+	if in.running() {
+		return fmt.Errorf("%s: emptying its data dir while running", in.name)
+	}
+	if err := os.RemoveAll(in.dir); err != nil {
+		return fmt.Errorf("%s: emptying its data dir: %w", in.name, err)
 	}
 	return nil
 }
