@@ -70,13 +70,25 @@ func (g *grownRun) forward(recs ...Record) {
 }
 
 // changelog adds a record of user to changelog partition p, following
-// the command at offset of a commands topic of parts partitions.
+// the command at offset of partition 1 of a commands topic of parts
+// partitions.
 func (g *grownRun) changelog(user uint64, p int32, s state, parts, offset int) {
+	g.changelogAt(user, p, s, parts, 1, offset)
+}
+
+// changelogAt is changelog for the command at cmdPart/offset; s is left
+// or active with one closed episode.
+func (g *grownRun) changelogAt(user uint64, p int32, s state, parts, cmdPart, offset int) {
 	r := g.at(testTopics.Changelog, p)
 	r.Key = []byte(keyOf(user))
-	r.Value = fmt.Appendf(nil, `{"user_id":%d,"status":"left","left_at_ns":%d,"history":[],"late_leaves":[],`+
-		`"command":{"op":"leave","topic":"commands","partitions":%d,"partition":1,"offset":%d,"changed":true}}`,
-		user, s.leftAt*1e6, parts, offset)
+	status := fmt.Sprintf(`"status":"left","left_at_ns":%d,"history":[]`, s.leftAt*1e6)
+	if s.leftAt < 0 {
+		status = fmt.Sprintf(`"status":"active","left_at_ns":null,"history":[{"left_at_ns":%d,"rejoined_at_ns":%d}]`,
+			s.history[0][0]*1e6, s.history[0][1]*1e6)
+	}
+	r.Value = fmt.Appendf(nil, `{"user_id":%d,%s,"late_leaves":[],`+
+		`"command":{"op":"leave","topic":"commands","partitions":%d,"partition":%d,"offset":%d,"changed":true}}`,
+		user, status, parts, cmdPart, offset)
 	g.j.AddChangelog(r)
 }
 
@@ -140,6 +152,25 @@ func TestJudgeGrown(t *testing.T) {
 			g.forward(g.republish(testTopics.Signals, g.sig(u, 2, 11), 3))
 			g.sig(u, 0, 12)
 		}, counts{Expected: 2, Unrouted: 1}},
+
+		{"applied where it is under the old count, copied after a rejoin: the copy changes nothing", func(g *grownRun) {
+			u := users[2]
+			leave := g.cmd(u, 1, "leave", 100)
+			g.changelogAt(u, 1, left(100), 2, 1, int(leave.Offset)) // the processor says it applied it there
+			g.cmd(u, 3, "rejoin", 200)
+			g.changelogAt(u, 3, active([2]int64{100, 200}), 4, 3, 0)
+			g.republish(testTopics.Commands, leave, 3)
+			g.changelogAt(u, 3, active([2]int64{100, 200}), 4, 3, 1)
+			g.forward(g.sig(u, 3, 250))
+		}, counts{Expected: 1}},
+
+		{"not applied where it is: judged at its copy, after the rejoin", func(g *grownRun) {
+			u := users[2]
+			leave := g.cmd(u, 1, "leave", 100)
+			g.cmd(u, 3, "rejoin", 200)
+			g.changelogAt(u, 3, active([2]int64{100, 200}), 4, 3, 0) // claims an order the rules do not give
+			g.republish(testTopics.Commands, leave, 3)
+		}, counts{Mismatches: 1}},
 
 		{"a grown changelog: the latest record is the one of the latest command", func(g *grownRun) {
 			u := users[1]

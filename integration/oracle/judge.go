@@ -35,10 +35,13 @@ type Config struct {
 	// the topics"). A record in its key's partition under an earlier
 	// count was routed right for the layout it was written under: a
 	// processor judged it there under that count, or, running under a
-	// later one, as misrouted (C2, S2). It is judged at its re-published
-	// copy when one exists, else where it is. A misrouted record's copy
-	// may be in its key's partition under any of the counts. Empty: the
-	// counts never changed.
+	// later one, as misrouted (C2, S2). A signal is judged at its
+	// re-published copy when one exists, else where it is. A command
+	// too, unless a changelog record of its user follows it where it is
+	// (the processor applied it there, and its copies changed nothing
+	// after it, rule C5). A misrouted record's copy may be in its key's
+	// partition under any of the counts. Empty: the counts never
+	// changed.
 	Earlier []int32
 	// ChangelogGrew says the changelog's partition count grew during
 	// the run: a user's records may be in several of its partitions, and
@@ -232,8 +235,10 @@ type changelogEntry struct {
 // Seal tells the Judge that every record of the commands topic was
 // handed to it: each user's final episodes are known, so a numbered
 // signal that lies in none of them is kept in 5 bytes from then on, not
-// 18 (compact.go). AddCommand panics after Seal. Verify reads the
-// commands first and seals.
+// 18 (compact.go). AddCommand panics after Seal. When the topics grew
+// (Config.Earlier), the changelog must be in too: it says where a moved
+// command took effect (applyCommands). Verify reads the commands, the DLQ
+// and the changelog first and seals.
 func (j *Judge) Seal() {
 	j.sealed = j.applyCommands(&Report{})
 }
@@ -462,7 +467,7 @@ func (j *Judge) applyCommands(rep *Report) map[uint64]*member {
 	src := func(c commandRecord) source { return source{j.cfg.Topics.Commands, c.at} }
 	for _, c := range cmds {
 		rep.CommandsIn++
-		if len(c.moved) > 0 && j.hasCopy(src(c), c.moved) {
+		if len(c.moved) > 0 && j.hasCopy(src(c), c.moved) && !j.appliedAt(c) {
 			rep.Misrouted++ // re-published under a later count; judged at its copy
 			continue
 		}
@@ -554,6 +559,17 @@ func (j *Judge) checkCopy(rep *Report, m misrouted) {
 // one of parts.
 func (j *Judge) hasCopy(src source, parts []int32) bool {
 	return slices.ContainsFunc(j.copies[copyKey{src.topic, src.at.String()}], func(p int32) bool { return slices.Contains(parts, p) })
+}
+
+// appliedAt reports whether a changelog record of c's user follows c
+// where it is: the processor applied it there, under the count it was
+// routed by.
+func (j *Judge) appliedAt(c commandRecord) bool {
+	if c.fate != toModel {
+		return false
+	}
+	at := j.cfg.Topics.Commands + "/" + strconv.Itoa(int(c.at.partition)) + "/" + strconv.FormatInt(c.at.offset, 10)
+	return slices.ContainsFunc(j.changelog[c.cmd.userID], func(e changelogEntry) bool { return e.err == nil && e.rec.command == at })
 }
 
 // rights returns key's partitions: under Partitions first, then under
