@@ -60,7 +60,7 @@ func (r *scenarioRun) repartition(ctx context.Context, control bool) error {
 	if err := first(ctx, n); err != nil {
 		return err
 	}
-	grown := time.Now()
+	grown := r.grownAt
 	if !control {
 		if err := r.waitFailClosed(ctx); err != nil {
 			r.finding("%v", err)
@@ -218,6 +218,7 @@ func (r *scenarioRun) grow(ctx context.Context, n int32, topic topics.Topic) err
 	if err != nil {
 		return fmt.Errorf("growing %s to %d partitions: %w", name, n, err)
 	}
+	r.grownAt = time.Now()
 	err = eventually(ctx, 60*time.Second, func() error {
 		td, err := r.h.adm.ListTopics(ctx, name)
 		if err != nil {

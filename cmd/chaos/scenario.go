@@ -210,6 +210,8 @@ type scenarioRun struct {
 	extraSignals atomic.Int64
 	// known is what the act knows of the damage it may find (result.known).
 	known string
+	// grownAt is when the broker last accepted a growth of a topic (grow.go).
+	grownAt time.Time
 
 	mu struct {
 		sync.Mutex
