@@ -14,7 +14,8 @@ import (
 )
 
 // The topics grow under the load (repartition and its control): the
-// commands topic, then each route's input, then the changelog, from
+// commands topic, then each route's input (or the inputs first, with
+// --grow-inputs-first), then the changelog, from
 // --partitions to twice as many, as `kafka-topics --alter --partitions`
 // does. The partition counts are part of the processor's state
 // (pkg/fanout/layout.go): while the commands and the inputs disagree it
@@ -65,9 +66,7 @@ func (r *scenarioRun) repartition(ctx context.Context, control bool) error {
 		if err := r.waitFailClosed(ctx); err != nil {
 			r.finding("%v", err)
 		}
-		if !o.inputsFirst {
-			r.known = knownGrowthLeak(grown, time.Now(), o.grace)
-		}
+		r.known = knownGrowthLeak(!o.inputsFirst, grown, time.Now(), o.grace)
 	}
 	if err := r.waitProduced(ctx, float64(r.produced.Load())/float64(o.signals)+0.1); err != nil {
 		return err
@@ -112,14 +111,19 @@ func (r *scenarioRun) repartition(ctx context.Context, control bool) error {
 // leave applied under the new count records no window for its user's
 // signals forwarded under the old one in another partition (promise 2:
 // "in no window of its latest changelog record").
-func knownGrowthLeak(grown, closed time.Time, grace time.Duration) string {
+// The first shows only when the commands grow first.
+func knownGrowthLeak(commandsFirst bool, grown, closed time.Time, grace time.Duration) string {
+	window := "a late leave applied under the new count records no window for its user's signals forwarded under the old " +
+		"count in another partition: leaked signals \"in no window\" of a user whose leave is in a new commands partition " +
+		"and whose signals were decided in an old one are that leak"
+	if !commandsFirst {
+		return "known leak of the processor (README, \"Growing the topics\"): " + window
+	}
 	return fmt.Sprintf("known leaks of the processor (README, \"Growing the topics\"): (1) signals stamped between the commands "+
 		"topic's growth (%s) and every processor not ready (%s), less the grace (%v), are decided under the old partition count, "+
 		"and a leave produced meanwhile to a new commands partition is read by nobody: leaked signals marked gated and stamped in "+
-		"that span are that leak; (2) a late leave applied under the new count records no window for its user's signals forwarded "+
-		"under the old count in another partition: leaked signals \"in no window\" of a user whose leave is in a new commands "+
-		"partition and whose signals were decided in an old one are that leak",
-		grown.Format("15:04:05.000"), closed.Format("15:04:05.000"), grace)
+		"that span are that leak; (2) %s",
+		grown.Format("15:04:05.000"), closed.Format("15:04:05.000"), grace, window)
 }
 
 // growCommands grows the commands topic to n partitions; the hostile mix
