@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -99,5 +100,41 @@ func TestRefusedRejoinRetriedIsRefusedAgain(t *testing.T) {
 	}
 	if m, err := pr.Member(user); err != nil || m.Status != "left" {
 		t.Fatalf("user %d: %+v, %v; want left", user, m, err)
+	}
+}
+
+// TestHistoryFullStaysLeft: a user who left and rejoined as many times as
+// a user's history keeps (MaxHistory, 2 here) leaves once more; the
+// rejoin that would close one episode more goes to the DLQ as
+// history_full, the user stays left, and its signals stay gated.
+func TestHistoryFullStaysLeft(t *testing.T) {
+	e := newEnv(t, 1)
+	store, err := membership.Open(t.TempDir(), &membership.Options{MaxHistory: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := e.startOn(store, e.config())
+	pr.waitReady(t, 1)
+	const user = 79
+	t0 := time.Now().Add(-time.Minute)
+	for i := range 2 {
+		e.commandWithID(topics.Leave, user, t0.Add(time.Duration(2*i)*time.Second), fmt.Sprint("leave-", i))
+		e.commandWithID(topics.Rejoin, user, t0.Add(time.Duration(2*i+1)*time.Second), fmt.Sprint("rejoin-", i))
+	}
+	e.commandWithID(topics.Leave, user, t0.Add(10*time.Second), "leave-2")
+	e.commandWithID(topics.Rejoin, user, t0.Add(11*time.Second), "rejoin-2")
+	dlq := e.waitRecords(e.set.DLQ, 1)
+	if got := headers(dlq[0])[topics.HeaderReason]; got != string(topics.ReasonHistoryFull) {
+		t.Fatalf("dead letter: reason %q, want %q", got, topics.ReasonHistoryFull)
+	}
+	if m, err := pr.Member(user); err != nil || m.Status != "left" || len(m.History) != 2 {
+		t.Fatalf("user %d: %+v, %v; want left with 2 episodes", user, m, err)
+	}
+	e.signal(user, time.Now(), "after-the-refused-rejoin")
+	e.waitDecided()
+	for _, r := range e.readAll(e.set.Cohort) {
+		if string(r.Value) == "after-the-refused-rejoin" {
+			t.Fatal("a signal of the user who stayed left was forwarded")
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,4 +197,45 @@ func TestOneLeaveGatesEveryRoute(t *testing.T) {
 			t.Errorf("%s{route=%q} is 0 after forwarding on route %d", fanout.MetricForwarded, r.In, route)
 		}
 	}
+}
+
+// TestRoutesChangeRefusedNotStalled: a rolling deploy that adds a route
+// starts an instance with three routes in a group whose running instance
+// has two. Kafka must refuse the new instance at once (it halts, saying
+// the routes differ) while the running one keeps every partition and goes
+// on forwarding.
+func TestRoutesChangeRefusedNotStalled(t *testing.T) {
+	const parts = 2
+	e := routesEnv(t, parts)
+	a := e.start(t.TempDir(), e.config())
+	a.waitReady(t, parts)
+
+	cfg := e.config()
+	cfg.Topics.Routes = append(slices.Clone(cfg.Topics.Routes),
+		topics.Route{In: e.set.Signals + "-clicks", Out: e.set.Cohort + "-clicks"})
+	b := e.start(t.TempDir(), cfg)
+	var err error
+	select {
+	case err = <-b.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the instance with other routes did not halt within 60s")
+	}
+	b.done <- err // for its stop at cleanup
+	var differ *fanout.RoutesDifferError
+	if !errors.As(err, &differ) || !strings.Contains(err.Error(), "same routes") {
+		t.Fatalf("the instance with other routes ended with %v, want a RoutesDifferError saying the group needs the same routes", err)
+	}
+
+	// The running instance kept its partitions and forwards on every route.
+	t0 := time.Now()
+	want := e.produceRouted(t0, []routed{{0, sig{user: 1, at: 0, forward: true}}, {1, sig{user: 2, at: 0, forward: true}}})
+	eventually(t, 30*time.Second, func() error {
+		if ok, why := a.Ready(); !ok || len(a.Partitions()) != parts {
+			return fmt.Errorf("the running instance: ready %v (%s), owns %d partitions", ok, why, len(a.Partitions()))
+		}
+		if got := e.routedValues(); !slices.Equal(got[0], want[0]) || !slices.Equal(got[1], want[1]) {
+			return fmt.Errorf("forwarded %v, want %v", got, want)
+		}
+		return nil
+	})
 }

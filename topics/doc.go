@@ -82,7 +82,7 @@
 // Every rejection here is an *[Error] whose [Reason] is short, snake_case and
 // stable; [ReasonOf] extracts it and errors.Is matches it against the
 // sentinels (any key problem also matches [ErrKeyInvalid]). [Reasons] lists
-// them all. Two reasons, rejoin_before_leave and timestamp_future_skew, are
-// decided by the processor but defined here so that all reasons live in one
+// them all. Some reasons, rejoin_before_leave, history_full and
+// timestamp_future_skew among them, are decided by the processor but defined here so that all reasons live in one
 // place.
 package topics

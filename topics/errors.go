@@ -60,6 +60,9 @@ const (
 	// earlier than the open leave's left_at_ns; applying it would make an
 	// episode end before it began.
 	ReasonRejoinBeforeLeave Reason = "rejoin_before_leave"
+	// ReasonHistoryFull: a rejoin of a user who already has the most
+	// closed episodes a user keeps (10,000); the user stays left.
+	ReasonHistoryFull Reason = "history_full"
 	// ReasonTimestampSkew: a signal whose event time (its record
 	// timestamp) lies further ahead of the processor's clock than the
 	// allowed skew; holding it for alignment would stall its partition.
@@ -96,7 +99,7 @@ func Reasons() []Reason {
 		ReasonCommandJSON, ReasonCommandOp, ReasonCommandUserMissing,
 		ReasonCommandUserInvalid, ReasonCommandUserMismatch,
 		ReasonCommandAtNs, ReasonCommandRequestID,
-		ReasonRejoinBeforeLeave, ReasonTimestampSkew,
+		ReasonRejoinBeforeLeave, ReasonHistoryFull, ReasonTimestampSkew,
 		ReasonTimestampOutOfRange, ReasonCommandAtOutOfRange, ReasonCommandFutureSkew, ReasonRecordTooLarge,
 		ReasonRecordRefused,
 	}
@@ -184,6 +187,8 @@ var (
 	// ErrRejoinBeforeLeave: see ReasonRejoinBeforeLeave; produced by the
 	// processor.
 	ErrRejoinBeforeLeave = &Error{Reason: ReasonRejoinBeforeLeave}
+	// ErrHistoryFull: see ReasonHistoryFull; produced by the processor.
+	ErrHistoryFull = &Error{Reason: ReasonHistoryFull}
 	// ErrTimestampSkew: see ReasonTimestampSkew; produced by the processor.
 	ErrTimestampSkew = &Error{Reason: ReasonTimestampSkew}
 	// ErrTimestampOutOfRange: see ReasonTimestampOutOfRange; produced by

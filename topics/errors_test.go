@@ -92,7 +92,7 @@ func TestReasons(t *testing.T) {
 		"command_json", "command_op", "command_user_missing",
 		"command_user_invalid", "command_user_mismatch",
 		"command_at_ns", "command_request_id",
-		"rejoin_before_leave", "timestamp_future_skew",
+		"rejoin_before_leave", "history_full", "timestamp_future_skew",
 		"timestamp_out_of_range", "command_at_out_of_range", "command_future_skew", "record_too_large",
 		"record_refused",
 	}

@@ -37,10 +37,12 @@ type instance struct {
 		api      string        // --api-addr: /v1/, with the token the processor keeps in dir
 		exited   chan struct{} // closed when the current process has exited
 		expected bool          // we asked the current process to end
-		willExit bool          // the next start is expected to end by itself (expectExit)
 		stopped  bool          // SIGSTOPped
-		extra    []string      // flags added to args from the next start on
-		starts   int
+		// expectNext: the next start's process is expected to end on
+		// its own (a start the processor must refuse).
+		expectNext bool
+		extra      []string // flags added to args from the next start on
+		starts     int
 	}
 }
 
@@ -81,7 +83,7 @@ func (in *instance) start() error {
 	}
 	exited := make(chan struct{})
 	in.mu.cmd, in.mu.http, in.mu.api, in.mu.exited = cmd, addr, api, exited
-	in.mu.expected, in.mu.stopped, in.mu.willExit = in.mu.willExit, false, false
+	in.mu.expected, in.mu.stopped, in.mu.expectNext = in.mu.expectNext, false, false
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -96,13 +98,19 @@ func (in *instance) start() error {
 	return nil
 }
 
-// expectExit marks the next start as one whose process is expected to
-// end by itself (a start the processor must refuse): its exit is no
-// finding.
-func (in *instance) expectExit() {
+// expectNextExit makes the next start's process one that is expected to
+// exit on its own: its exit is no finding.
+func (in *instance) expectNextExit() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.mu.willExit = true
+	in.mu.expectNext = true
+}
+
+// exitedCh returns a channel closed when the current process has exited.
+func (in *instance) exitedCh() chan struct{} {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.mu.exited
 }
 
 // addFlags adds flags to every later start.

@@ -168,7 +168,7 @@ func (r *scenarioRun) refill(ctx context.Context, kept []*kgo.Record, oldEnds ma
 // that is gone, and checks that it refuses to run, saying the way out.
 func (r *scenarioRun) startRefused(ctx context.Context, in *instance) error {
 	r.logf("start %s over its data dir: it must refuse (the commands topic was created again)", in.name)
-	in.expectExit()
+	in.expectNextExit()
 	if err := in.start(); err != nil {
 		return err
 	}

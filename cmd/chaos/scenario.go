@@ -79,6 +79,11 @@ var scenarios = []scenario{
 		act:  (*scenarioRun).wipe,
 	},
 	{
+		name: "reroute", instances: 2,
+		span: fixedSpan(45 * time.Second),
+		act:  (*scenarioRun).reroute,
+	},
+	{
 		name: "repartition", instances: 2, grows: true,
 		span: fixedSpan(40 * time.Second),
 		act:  func(r *scenarioRun, ctx context.Context) error { return r.repartition(ctx, false) },

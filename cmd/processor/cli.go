@@ -206,7 +206,13 @@ func statusHTTP(ctx context.Context, addr, tokenFile string, id uint64, stdout i
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusMisdirectedRequest:
+		// Behind a Service, the instance reached is often not the owner.
+		return fmt.Errorf("%s: %s: %s\nthe processor at --api-addr %s does not own this user; ask the owner's --api-addr, or read the changelog with --brokers",
+			url, resp.Status, bytes.TrimSpace(body), addr)
+	default:
 		return fmt.Errorf("%s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
 	}
 	_, err = stdout.Write(body)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -59,7 +60,7 @@ func newOpsHandler(reg prometheus.Gatherer, v view, withPprof bool) http.Handler
 // newAPIHandler routes the membership API (--api-addr), every route
 // behind auth:
 //
-//	GET /v1/members/{user_id}    the user's record, as the changelog carries it
+//	GET /v1/members/{user_id}    the user's record, as the changelog carries it; only from the owner of the user's partition (else 421, or 503 while it catches up)
 //	GET /v1/partitions           owned partitions: restoring or forwarding, how long an open transaction holds its commands, and each input's next offset
 func newAPIHandler(v view, auth *bearer) http.Handler {
 	mux := http.NewServeMux()
@@ -70,7 +71,18 @@ func newAPIHandler(v view, auth *bearer) http.Handler {
 			return
 		}
 		m, err := v.Member(id)
-		if err != nil {
+		var notOwner *fanout.NotOwnerError
+		switch {
+		case errors.As(err, &notOwner) && notOwner.CatchingUp:
+			w.Header().Set("Retry-After", "1")
+			httpError(w, http.StatusServiceUnavailable, err)
+			return
+		case errors.As(err, &notOwner):
+			// Another instance applies this user's commands: an answer
+			// from this one's store could be stale or empty.
+			httpError(w, http.StatusMisdirectedRequest, err)
+			return
+		case err != nil:
 			httpError(w, http.StatusInternalServerError, err)
 			return
 		}

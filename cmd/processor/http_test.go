@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,5 +214,45 @@ func TestEnsureToken(t *testing.T) {
 	_ = os.WriteFile(empty, []byte("\n"), 0o600)
 	if _, err := ensureToken(empty, dir); err == nil || !strings.Contains(err.Error(), "--api-token-file") {
 		t.Errorf("an empty token file: %v", err)
+	}
+}
+
+// elsewhereView is a processor that owns none of the users it is asked
+// about: caught is false for a partition it still catches up with.
+type elsewhereView struct {
+	stubView
+	catchingUp bool
+}
+
+func (v elsewhereView) Member(userID uint64) (topics.MemberRecord, error) {
+	return topics.MemberRecord{}, &fanout.NotOwnerError{User: userID, Partition: 2, CatchingUp: v.catchingUp}
+}
+
+// TestMembersOnlyFromTheOwner: an instance that does not own a user's
+// partition says so (421, naming the partition) instead of answering from
+// its store, and one still catching up asks to be asked again (503 with
+// Retry-After).
+func TestMembersOnlyFromTheOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		v          view
+		code       int
+		retryAfter string
+		says       string
+	}{
+		{"owner", stubView{}, http.StatusOK, "", `"status"`},
+		{"not the owner", elsewhereView{}, http.StatusMisdirectedRequest, "", "commands partition 2, which this instance does not own"},
+		{"catching up", elsewhereView{catchingUp: true}, http.StatusServiceUnavailable, "1", "still catching up with commands partition 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, "/v1/members/42", nil)
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			newAPIHandler(tc.v, testBearer(t)).ServeHTTP(rec, req)
+			if rec.Code != tc.code || rec.Header().Get("Retry-After") != tc.retryAfter || !strings.Contains(rec.Body.String(), tc.says) {
+				t.Errorf("GET /v1/members/42 = %d (Retry-After %q) %s\nwant %d (Retry-After %q) saying %q",
+					rec.Code, rec.Header().Get("Retry-After"), rec.Body, tc.code, tc.retryAfter, tc.says)
+			}
+		})
 	}
 }

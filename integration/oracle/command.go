@@ -23,6 +23,7 @@ const (
 	reasonAtOutOfRange        = "command_at_out_of_range"
 	reasonFutureSkew          = "command_future_skew"
 	reasonRejoinBeforeLeave   = "rejoin_before_leave"
+	reasonHistoryFull         = "history_full"
 	reasonTimestampSkew       = "timestamp_future_skew"
 	reasonTooLarge            = "record_too_large"
 	// reasonKey stands for every key_* reason (C1, S1): the README names

@@ -493,6 +493,10 @@ func (j *Judge) applyCommands(rep *Report) map[uint64]*member {
 				rep.Refused++
 				rep.DeadLetters++
 				j.checkDeadLetter(rep, deadLetter{src: src(c), reason: reasonRejoinBeforeLeave, sha: c.sha, what: c.what})
+			case full:
+				rep.Refused++
+				rep.DeadLetters++
+				j.checkDeadLetter(rep, deadLetter{src: src(c), reason: reasonHistoryFull, sha: c.sha, what: c.what})
 			}
 		}
 	}

@@ -30,6 +30,10 @@ type identity struct {
 // user's last 64 commands that reached rule C6 or C7.
 const identityWindow = 64
 
+// maxHistory is the most closed episodes a user keeps (rule C7): a rejoin
+// that would close one more is refused and the user stays left.
+const maxHistory = 10000
+
 // member is one user's state in the model (rules C5-C7). The zero value
 // is a user who never left: Active, no history.
 //
@@ -37,13 +41,13 @@ const identityWindow = 64
 // closed (leftAt <= rejoinedAt); while left, leftAt is at or after the end
 // of the last closed episode. recent holds the identities of the last
 // identityWindow commands that reached rule C6 or C7, applied, unchanged or
-// refused, oldest first; refusedIDs those of them C7 refused.
+// refused, oldest first; refusedIDs those of them C7 refused, with why.
 type member struct {
 	left       bool
 	leftAt     uint64
 	history    []episode
 	recent     []identity
-	refusedIDs map[identity]bool
+	refusedIDs map[identity]outcome
 }
 
 // outcome is what one command did to its user.
@@ -54,6 +58,7 @@ const (
 	unchanged                    // a new command that changed nothing
 	duplicate                    // its identity was seen before: a no-op (C5)
 	refused                      // a rejoin before the open leave, or its re-delivery: to the DLQ (C7)
+	full                         // a rejoin past maxHistory closed episodes, or its re-delivery: to the DLQ, the user stays left (C7)
 )
 
 // apply applies one command with its boundary (rule C4 already passed) to
@@ -61,8 +66,8 @@ const (
 func (m *member) apply(o op, boundary uint64, requestID string) outcome {
 	id := identity{op: o, boundary: boundary, requestID: requestID}
 	if slices.Contains(m.recent, id) {
-		if m.refusedIDs[id] {
-			return refused // refused again, not "applied before"
+		if why, ok := m.refusedIDs[id]; ok {
+			return why // refused again, not "applied before"
 		}
 		return duplicate
 	}
@@ -77,11 +82,11 @@ func (m *member) apply(o op, boundary uint64, requestID string) outcome {
 	} else {
 		out = m.rejoin(boundary)
 	}
-	if out == refused {
+	if out == refused || out == full {
 		if m.refusedIDs == nil {
-			m.refusedIDs = make(map[identity]bool)
+			m.refusedIDs = make(map[identity]outcome)
 		}
-		m.refusedIDs[id] = true
+		m.refusedIDs[id] = out
 	}
 	return out
 }
@@ -115,6 +120,8 @@ func (m *member) rejoin(b uint64) outcome {
 		return unchanged
 	case b < m.leftAt:
 		return refused
+	case len(m.history) >= maxHistory:
+		return full
 	}
 	m.history = append(m.history, episode{leftAt: m.leftAt, rejoinedAt: b})
 	m.left, m.leftAt = false, 0

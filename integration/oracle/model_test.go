@@ -178,3 +178,28 @@ func TestModelIdentityWindow(t *testing.T) {
 		t.Errorf("%d identities remembered, want 64", len(m.recent))
 	}
 }
+
+// TestModelHistoryFull: rule C7 caps a user's closed episodes at 10,000;
+// the rejoin past them is refused, the user stays left, and its
+// re-delivery is refused again for the same reason.
+func TestModelHistoryFull(t *testing.T) {
+	var m member
+	b := uint64(1)
+	for range 10000 {
+		m.apply(opLeave, b, "")
+		m.apply(opRejoin, b+1, "")
+		b += 2
+	}
+	if got := m.apply(opLeave, b, ""); got != changed {
+		t.Fatalf("a leave with 10,000 episodes: %v, want changed", got)
+	}
+	if got := m.apply(opRejoin, b+1, "last"); got != full {
+		t.Fatalf("the rejoin past 10,000 episodes: %v, want full", got)
+	}
+	if got := m.apply(opRejoin, b+1, "last"); got != full {
+		t.Fatalf("its re-delivery: %v, want full again", got)
+	}
+	if !m.left || len(m.history) != 10000 {
+		t.Fatalf("left %v with %d episodes, want left with 10000", m.left, len(m.history))
+	}
+}

@@ -19,28 +19,28 @@ import (
 // cooperative rounds: a partition number leaves its old owner on every
 // input before any input of it reaches the new one.
 //
-// One route keeps the plain cooperative-sticky balancer: the group's
-// protocol, and so its rolling upgrades, stay as they were. Changing the
-// routes changes the protocol; every instance of a group must then stop
-// before the first starts again, since Kafka refuses a member whose
-// protocol no member shares.
+// The group protocol's name carries the route set (routesProtocol): a
+// member whose routes differ from the running group's shares no protocol
+// with it, so Kafka refuses it at its join (INCONSISTENT_GROUP_PROTOCOL),
+// and the running members keep their partitions. Under one name the new
+// member would be admitted and every rebalance refused by the balancer:
+// the group would forward nothing for as long as it stayed. The refused
+// instance halts with a *RoutesDifferError. Changing the routes therefore
+// takes a stop of every instance of the group, or a new group. One route
+// is a route set too: two instances reading different single inputs under
+// Kafka's own protocol would both claim partition 0 of the commands.
 func balancerFor(inputs []string) kgo.GroupBalancer {
-	if len(inputs) == 1 {
-		return kgo.CooperativeStickyBalancer()
-	}
-	return &byPartition{inputs: inputs, sticky: kgo.CooperativeStickyBalancer()}
+	return &byPartition{inputs: inputs, sticky: kgo.CooperativeStickyBalancer(), protocol: routesProtocol(inputs)}
 }
-
-// byPartitionProtocol is the group protocol of byPartition.
-const byPartitionProtocol = "cohortgate-by-partition"
 
 type byPartition struct {
-	inputs []string // the routes' inputs; the first is balanced
-	sticky kgo.GroupBalancer
+	inputs   []string // the routes' inputs; the first is balanced
+	sticky   kgo.GroupBalancer
+	protocol string // routesProtocol(inputs)
 }
 
-func (*byPartition) ProtocolName() string { return byPartitionProtocol }
-func (*byPartition) IsCooperative() bool  { return true }
+func (b *byPartition) ProtocolName() string { return b.protocol }
+func (*byPartition) IsCooperative() bool    { return true }
 
 func (b *byPartition) JoinGroupMetadata(interests []string, current map[string][]int32, generation int32) []byte {
 	return b.sticky.JoinGroupMetadata(interests, current, generation)

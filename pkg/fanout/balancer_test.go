@@ -79,8 +79,8 @@ func TestBalancerByPartition(t *testing.T) {
 	inputs := []string{"signals", "attribution", "clicks"}
 	counts := map[string]int32{"signals": 6, "attribution": 6, "clicks": 6}
 	b := balancerFor(inputs)
-	if !b.IsCooperative() || b.ProtocolName() != byPartitionProtocol {
-		t.Fatalf("balancer %s (cooperative %v), want %s, cooperative", b.ProtocolName(), b.IsCooperative(), byPartitionProtocol)
+	if !b.IsCooperative() || b.ProtocolName() != routesProtocol(inputs) {
+		t.Fatalf("balancer %s (cooperative %v), want %s, cooperative", b.ProtocolName(), b.IsCooperative(), routesProtocol(inputs))
 	}
 
 	// Two members start: every number goes to one of them, on every input.
@@ -148,10 +148,25 @@ func TestBalancerRefuses(t *testing.T) {
 	}
 }
 
-func TestBalancerOneRoute(t *testing.T) {
-	// One route keeps Kafka's cooperative-sticky protocol, so a group
-	// upgrades instance by instance.
-	if got, want := balancerFor([]string{"signals"}).ProtocolName(), kgo.CooperativeStickyBalancer().ProtocolName(); got != want {
-		t.Errorf("one route: protocol %s, want %s", got, want)
+// TestBalancerProtocolNamesRoutes: the group protocol differs between
+// route sets (so Kafka refuses a member whose routes differ from the
+// group's), one route and route order included, and is the same for the
+// same routes (so a group upgrades instance by instance).
+func TestBalancerProtocolNamesRoutes(t *testing.T) {
+	sets := [][]string{{"signals"}, {"attribution"}, {"signals", "attribution"}, {"attribution", "signals"},
+		{"signals", "attribution", "clicks"}}
+	seen := make(map[string][]string)
+	for _, s := range sets {
+		name := balancerFor(s).ProtocolName()
+		if other, dup := seen[name]; dup {
+			t.Errorf("routes %q and %q share the group protocol %s", other, s, name)
+		}
+		seen[name] = s
+		if again := balancerFor(slices.Clone(s)).ProtocolName(); again != name {
+			t.Errorf("routes %q: protocol %s, then %s", s, name, again)
+		}
+		if !strings.HasPrefix(name, byPartitionProtocol+"-") || len(name) != len(byPartitionProtocol)+13 {
+			t.Errorf("routes %q: protocol %q, want %s- and 12 hex digits", s, name, byPartitionProtocol)
+		}
 	}
 }

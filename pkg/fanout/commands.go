@@ -509,6 +509,9 @@ func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd
 	case errors.Is(err, membership.ErrRejoinBeforeLeave):
 		return &appliedCmd{c: c, r: r, cmd: cmd, atNs: at, change: change, refused: true},
 			dlq(topics.ReasonRejoinBeforeLeave, err), nil
+	case errors.Is(err, membership.ErrHistoryFull):
+		return &appliedCmd{c: c, r: r, cmd: cmd, atNs: at, change: change, refused: true},
+			dlq(topics.ReasonHistoryFull, err), nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("unable to apply %s of user %d (commands partition %d offset %d): %w",
 			cmd.Op, cmd.UserID, r.Partition, r.Offset, err)

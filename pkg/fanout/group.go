@@ -271,6 +271,15 @@ func (o *ownership) commandEnds(ctx context.Context) (map[int32]int64, error) {
 	}
 }
 
+// lost is revoked for the partitions of a failed group session (franz-go
+// calls it when a join, a sync or a heartbeat fails): until the group
+// answers again the instance owns nothing because the group did not
+// agree, not because it has nothing to own, and it is not ready.
+func (o *ownership) lost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	o.assignedOnce.Store(false)
+	o.revoked(ctx, cl, m)
+}
+
 // revoked stops every use of the partitions: their claims go, so the
 // commands side ignores their records and the signals loop drops what it
 // held.

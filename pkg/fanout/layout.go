@@ -1,6 +1,8 @@
 package fanout
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -22,6 +24,9 @@ import (
 //   - The commands topic deleted and created again (another ID under the
 //     same name) halts the processor at start (CommandsRecreatedError): the
 //     store reflects commands that are gone.
+//   - The route set is topology too: the consumer group's protocol names
+//     it (routesProtocol), so Kafka refuses an instance whose routes
+//     differ from the running group's, and it halts (RoutesDifferError).
 //   - While running, a watcher (topology.go) compares the topics with the
 //     layout found at start; any change of a count or ID ends the run
 //     (TopologyChangedError), and Run starts again under the new layout.
@@ -148,3 +153,36 @@ func (e *CommandsRecreatedError) Error() string {
 		"that count, stop every processor and start each one with an empty data directory (the state is rebuilt from "+
 		"the new topic, from offset 0); otherwise restore the old topic", e.Topic, e.StoreID, e.Now)
 }
+
+// routesProtocol names the group protocol of a route set: a prefix and
+// the first 12 hex digits of the SHA-256 of the inputs in route order
+// (the first is the one balanced, so the order matters), one per line: a
+// topic name cannot hold a newline.
+func routesProtocol(inputs []string) string {
+	h := sha256.Sum256([]byte(strings.Join(inputs, "\n")))
+	return byPartitionProtocol + "-" + hex.EncodeToString(h[:6])
+}
+
+// RoutesDifferError halts an instance Kafka refused to admit to its
+// consumer group because the group's running members have other routes
+// (INCONSISTENT_GROUP_PROTOCOL: see balancerFor). The running members go
+// on undisturbed.
+type RoutesDifferError struct {
+	Group    string
+	Inputs   []string // this instance's routes' inputs, in route order
+	Protocol string   // this instance's group protocol
+	Err      error    // Kafka's refusal
+}
+
+func (e *RoutesDifferError) Error() string {
+	return fmt.Sprintf("consumer group %q runs with other routes than this instance's (inputs %s, group protocol %s; "+
+		"kafka-consumer-groups --describe --state shows the group's): Kafka refused to admit it: %v. "+
+		"Every instance of a group must have the same routes in the same order: stop every instance before "+
+		"changing the routes, or run the new routes under another --group",
+		e.Group, strings.Join(e.Inputs, ", "), e.Protocol, e.Err)
+}
+
+func (e *RoutesDifferError) Unwrap() error { return e.Err }
+
+// byPartitionProtocol prefixes the group protocol of byPartition.
+const byPartitionProtocol = "cohortgate-by-partition"

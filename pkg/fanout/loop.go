@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
@@ -167,6 +168,16 @@ func (l *loop) take(fetches kgo.Fetches) {
 		}
 		if fatal := notAuthorized(fmt.Sprintf("fetching %s[%d]", t, p), err); fatal != nil {
 			l.halt(fatal)
+			return
+		}
+		if errors.Is(err, kerr.InconsistentGroupProtocol) {
+			// Retrying cannot help: the group's members run other
+			// routes, and go on while this instance stays out.
+			var inputs []string
+			for _, in := range l.cfg.Topics.Inputs() {
+				inputs = append(inputs, string(in))
+			}
+			l.halt(&RoutesDifferError{Group: l.cfg.Group, Inputs: inputs, Protocol: routesProtocol(inputs), Err: err})
 			return
 		}
 		l.cfg.Logger.Warn("fetch error", "topic", t, "partition", p, "err", err)

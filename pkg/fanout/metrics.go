@@ -21,6 +21,7 @@ type metrics struct {
 	commands       *prometheus.CounterVec // op, result
 	misrouted      *prometheus.CounterVec // source
 	lateLeaves     prometheus.Counter
+	topology       prometheus.Counter
 	txns           *prometheus.CounterVec // outcome
 	produceErrors  prometheus.Counter
 	forwardLatency prometheus.Histogram
@@ -64,6 +65,7 @@ const (
 	MetricCommands          = "cohortgate_commands_applied_total"
 	MetricMisrouted         = "cohortgate_misrouted_records_total"
 	MetricLateLeaves        = "cohortgate_late_leaves_total"
+	MetricTopologyChanges   = "cohortgate_topology_changes_total"
 	MetricTransactions      = "cohortgate_transactions_total"
 	MetricProduceErrors     = "cohortgate_produce_errors_total"
 	MetricForwardLatency    = "cohortgate_forward_latency_seconds"
@@ -135,6 +137,9 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		lateLeaves: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricLateLeaves, Help: "Leaves whose boundary lay before signals of their partition already allowed (arrived beyond the grace).",
 		}),
+		topology: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricTopologyChanges, Help: "Changes of the topics' layout (a partition count, a topic ID) found at start or while running; each stopped every partition and took them again under the new layout.",
+		}),
 		txns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricTransactions, Help: "Processing cycles ended, by outcome (commit, abort, unknown).",
 		}, []string{"outcome"}),
@@ -166,7 +171,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	}
 	cs := []prometheus.Collector{
 		m.signalsIn, m.forwarded, m.dropped, m.dlq, m.commands, m.misrouted,
-		m.lateLeaves, m.txns, m.produceErrors, m.forwardLatency, m.holdSeconds,
+		m.lateLeaves, m.topology, m.txns, m.produceErrors, m.forwardLatency, m.holdSeconds,
 		m.restoreSeconds, m.lag, m.batchSteps, m.fetchDelay,
 		partitionGauges{desc: prometheus.NewDesc(MetricOpenTransaction,
 			"Seconds an owned commands partition has been held by a transaction left open on it (0 when it is not); its signals wait meanwhile.",
@@ -290,11 +295,12 @@ const (
 // listener is the event listener that keeps the series events carry.
 func (m *metrics) listener() EventListener {
 	return EventListener{
-		CommandApplied: func(i CommandInfo) { m.commands.WithLabelValues(i.Op.String(), i.Result).Inc() },
-		LateLeave:      func(LateLeaveInfo) { m.lateLeaves.Inc() },
-		Misrouted:      func(i MisroutedInfo) { m.misrouted.WithLabelValues(i.Source).Inc() },
-		DeadLetter:     func(i DeadLetterInfo) { m.dlq.WithLabelValues(i.Source, string(i.Reason)).Inc() },
-		ProduceFailed:  func(ProduceFailedInfo) { m.produceErrors.Inc() },
+		CommandApplied:  func(i CommandInfo) { m.commands.WithLabelValues(i.Op.String(), i.Result).Inc() },
+		LateLeave:       func(LateLeaveInfo) { m.lateLeaves.Inc() },
+		TopologyChanged: func(TopologyChangedInfo) { m.topology.Inc() },
+		Misrouted:       func(i MisroutedInfo) { m.misrouted.WithLabelValues(i.Source).Inc() },
+		DeadLetter:      func(i DeadLetterInfo) { m.dlq.WithLabelValues(i.Source, string(i.Reason)).Inc() },
+		ProduceFailed:   func(ProduceFailedInfo) { m.produceErrors.Inc() },
 		CycleEnd: func(i CycleInfo) {
 			switch i.Outcome {
 			case Committed:

@@ -38,6 +38,10 @@ type Processor struct {
 	held      atomic.Int64
 	heldBytes atomic.Int64
 
+	// partitions is the commands' partition count of the run under way,
+	// 0 between runs: Member places a user with it.
+	partitions atomic.Int32
+
 	// betweenRuns says why Run is starting again (see Run), nil while a
 	// run is under way.
 	betweenRuns atomic.Pointer[string]
@@ -192,7 +196,16 @@ func (p *Processor) Partitions() []PartitionStatus {
 // Member returns the user's record as the changelog carries it: status,
 // history, late-leave windows, and the command that last changed it with
 // its receipt. A user never seen is Active with no history.
+//
+// Only the owner of a user's partition applies the user's commands; any
+// other instance's store holds what it knew when it last owned the
+// partition, or nothing. So Member answers only for a partition this
+// instance owns and has caught up with its commands, and returns a
+// *NotOwnerError otherwise.
 func (p *Processor) Member(userID uint64) (topics.MemberRecord, error) {
+	if err := p.owns(userID); err != nil {
+		return topics.MemberRecord{}, err
+	}
 	m, err := p.store.Member(userID)
 	if err != nil {
 		return topics.MemberRecord{}, err
@@ -204,6 +217,47 @@ func (p *Processor) Member(userID uint64) (topics.MemberRecord, error) {
 		}
 	}
 	return changelogOf(m, note), nil
+}
+
+// NotOwnerError is Member's answer for a user whose partition this
+// instance does not own, or owns but has not caught up with yet.
+type NotOwnerError struct {
+	User uint64
+	// Partition is the user's commands partition, -1 when no run is
+	// under way (the processor is starting, between runs or stopped).
+	Partition int32
+	// CatchingUp is true when the partition is owned but its commands
+	// are not yet applied through their end: ask again shortly.
+	CatchingUp bool
+}
+
+func (e *NotOwnerError) Error() string {
+	switch {
+	case e.Partition < 0:
+		return fmt.Sprintf("user %d: this instance owns no partition yet (not running, or joining its group)", e.User)
+	case e.CatchingUp:
+		return fmt.Sprintf("user %d: this instance is still catching up with commands partition %d; ask again shortly", e.User, e.Partition)
+	}
+	return fmt.Sprintf("user %d is in commands partition %d, which this instance does not own: "+
+		"ask its owner (see /v1/partitions), or read the user's changelog record (processor status --brokers)", e.User, e.Partition)
+}
+
+// owns returns nil when the user's partition is owned and caught up, a
+// *NotOwnerError otherwise.
+func (p *Processor) owns(userID uint64) error {
+	n := p.partitions.Load()
+	if n <= 0 {
+		return &NotOwnerError{User: userID, Partition: -1}
+	}
+	part := newKeyPartition().of(topics.AppendUserID(nil, userID), n)
+	c := p.claims.get(part)
+	switch {
+	case c == nil:
+		return &NotOwnerError{User: userID, Partition: part}
+	case !c.caughtUp.Load():
+		return &NotOwnerError{User: userID, Partition: part, CatchingUp: true}
+	}
+	return nil
 }
 
 // Run restores the gate, checks the topics, and processes until ctx is
@@ -357,6 +411,8 @@ func (p *Processor) runOnce(ctx context.Context) error {
 		return fail(err)
 	}
 	defer k.close()
+	p.partitions.Store(k.signalPartitions)
+	defer p.partitions.Store(0)
 	forgotten, err := p.adoptLayout(k.layout, restored)
 	if err != nil {
 		return fail(err)
@@ -567,7 +623,7 @@ func (p *Processor) newSession(own *ownership) (session, error) {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(own.assigned),
 		kgo.OnPartitionsRevoked(own.revoked),
-		kgo.OnPartitionsLost(own.revoked),
+		kgo.OnPartitionsLost(own.lost),
 	)
 	if p.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))

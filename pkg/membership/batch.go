@@ -84,22 +84,22 @@ func (b *Batch) Apply(c Command) (_ Change, err error) {
 	idKey := appendIdentityKey(b.keyBuf[:0], c)
 	switch v, closer, err := b.pb.Get(idKey); {
 	case err == nil:
-		_, refused, derr := decodeIdentityValue(v)
+		_, r, derr := decodeIdentityValue(v)
 		closer.Close()
 		if derr != nil {
 			return Change{}, b.s.storageErr(fmt.Sprintf("read identity of %v of user %d at %d", c.Op, c.UserID, c.AtNs), corruptf(idKey, "%v", derr))
 		}
 		b.n++
-		if refused {
-			return Change{Before: before, After: before, Duplicate: true},
-				fmt.Errorf("%w: user %d: the rejoin at %d was refused before", ErrRejoinBeforeLeave, c.UserID, c.AtNs)
+		if r != accepted {
+			return Change{Before: before, After: before, Duplicate: true}, r.again(c)
 		}
 		return Change{Before: before, After: before, Duplicate: true}, nil
 	case !errors.Is(err, pebble.ErrNotFound):
 		return Change{}, b.s.storageErr(fmt.Sprintf("read identity of %v of user %d at %d", c.Op, c.UserID, c.AtNs), err)
 	}
-	ch, refused := transition(before, c.Op, c.AtNs)
-	if refused != nil && !errors.Is(refused, ErrRejoinBeforeLeave) {
+	ch, refused := transition(before, c.Op, c.AtNs, b.s.opts.MaxHistory)
+	r, isRefusal := refusalOf(refused)
+	if !isRefusal {
 		return Change{}, refused
 	}
 	if ch.Changed {
@@ -107,7 +107,7 @@ func (b *Batch) Apply(c Command) (_ Change, err error) {
 			return Change{}, fmt.Errorf("membership: %v user %d at %d: %w", c.Op, c.UserID, c.AtNs, err)
 		}
 	}
-	if err := b.remember(c, refused != nil); err != nil {
+	if err := b.remember(c, r); err != nil {
 		// Its reads of the user's identities can fail as any read.
 		return Change{}, b.s.storageErr(fmt.Sprintf("remember %v of user %d at %d", c.Op, c.UserID, c.AtNs), err)
 	}
@@ -122,7 +122,7 @@ func (b *Batch) Apply(c Command) (_ Change, err error) {
 // oldest ones beyond IdentityWindow. The user holds at most
 // IdentityWindow identities before the write (legacy stores excepted:
 // they shrink to the window on the first command), so the scan is short.
-func (b *Batch) remember(c Command, refused bool) error {
+func (b *Batch) remember(c Command, r refusal) error {
 	lower, upper := identityBounds(c.UserID)
 	it, err := b.pb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -166,7 +166,7 @@ func (b *Batch) remember(c Command, refused bool) error {
 		}
 	}
 	var val [identityValueLen]byte
-	return b.pb.Set(appendIdentityKey(b.keyBuf[:0], c), appendIdentityValue(val[:0], next, refused), nil)
+	return b.pb.Set(appendIdentityKey(b.keyBuf[:0], c), appendIdentityValue(val[:0], next, r), nil)
 }
 
 // usable reports why the batch cannot take another call.

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -139,5 +140,40 @@ func BenchmarkBatchApply(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
 		})
+	}
+}
+
+// BenchmarkUserBytes reports what the store keeps of one user (its dump,
+// as a changelog record's restore header carries it) after n commands:
+// n re-sent leaves (the identity window caps them), and n alternating
+// leaves and rejoins (n/2 episodes: what the rules must keep, up to
+// MaxHistory). Run with -benchtime=1x; the figure is bytes, not time.
+func BenchmarkUserBytes(b *testing.B) {
+	for _, kind := range []string{"resent-leaves", "episodes"} {
+		for _, n := range []int{1, 1000, 100000} {
+			b.Run(fmt.Sprintf("%s/n=%d", kind, n), func(b *testing.B) {
+				var size int
+				for b.Loop() {
+					s := openMem(b)
+					for i := range n {
+						c := Command{Op: OpLeave, UserID: 7, AtNs: 100, RequestID: fmt.Sprint("resend-", i)}
+						if kind == "episodes" {
+							c = Command{Op: OpLeave, UserID: 7, AtNs: uint64(100 + i), RequestID: fmt.Sprint("c-", i)}
+							if i%2 == 1 {
+								c.Op = OpRejoin
+							}
+						}
+						// Past MaxHistory episodes a rejoin is refused: the
+						// cap is what bounds the user.
+						if _, err := s.Apply(c); err != nil && !errors.Is(err, ErrHistoryFull) {
+							b.Fatal(err)
+						}
+					}
+					size = userBytes(b, s, 7)
+				}
+				b.ReportMetric(float64(size), "user-bytes")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
 	}
 }

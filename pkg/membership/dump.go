@@ -117,13 +117,13 @@ func appendDump(r reader, dst []byte, userID uint64) ([]byte, error) {
 		if err != nil {
 			break // reported by it.Close
 		}
-		seq, refused, err := decodeIdentityValue(v)
+		seq, r, err := decodeIdentityValue(v)
 		if err != nil {
 			_ = it.Close()
 			return dst, corruptf(k, "%v", err)
 		}
 		ids = append(ids, k[1+8:]...)
-		ids = appendIdentityValue(ids, seq, refused)
+		ids = appendIdentityValue(ids, seq, r)
 		m++
 	}
 	if err := it.Close(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -94,7 +95,9 @@ const (
 // SHA-256 over the identity: op (1 byte) ‖ at_ns u64 BE ‖ request_id
 // bytes. The value is seq u64 BE ‖ flags (1 byte): seq numbers the user's
 // identities in the order they were remembered (the oldest goes first when
-// the window is full), and flags bit 0 says the command was refused.
+// the window is full), and flags say whether and why the command was
+// refused: bit 0 a rejoin before the leave, bit 1 a rejoin past
+// MaxHistory (at most one is set).
 // Stores written before the window have empty values: seq 0, not refused.
 // Two distinct identities of one user collide with probability about
 // n²/2^129 for n of them: far below anything else that can go wrong.
@@ -103,31 +106,61 @@ const (
 	identityKeyLen    = 1 + 8 + identityDigestLen
 	identityValueLen  = 8 + 1
 	identityRefused   = 1 << 0
+	identityFull      = 1 << 1
 )
 
-// appendIdentityValue appends the value of an identity record.
-func appendIdentityValue(dst []byte, seq uint64, refused bool) []byte {
-	dst = binary.BigEndian.AppendUint64(dst, seq)
-	var flags byte
-	if refused {
-		flags |= identityRefused
+// refusal says whether and why a command was refused: its identity
+// value's flags.
+type refusal byte
+
+const (
+	accepted           refusal = 0
+	refusedBeforeLeave refusal = identityRefused
+	refusedFull        refusal = identityFull
+)
+
+// refusalOf returns the refusal an Apply error stands for, and false
+// when err is not a refusal.
+func refusalOf(err error) (refusal, bool) {
+	switch {
+	case err == nil:
+		return accepted, true
+	case errors.Is(err, ErrRejoinBeforeLeave):
+		return refusedBeforeLeave, true
+	case errors.Is(err, ErrHistoryFull):
+		return refusedFull, true
 	}
-	return append(dst, flags)
+	return accepted, false
+}
+
+// again returns the error of a command refused before, delivered again.
+func (r refusal) again(c Command) error {
+	if r == refusedFull {
+		return fmt.Errorf("%w: user %d: the rejoin at %d was refused before", ErrHistoryFull, c.UserID, c.AtNs)
+	}
+	return fmt.Errorf("%w: user %d: the rejoin at %d was refused before", ErrRejoinBeforeLeave, c.UserID, c.AtNs)
+}
+
+// appendIdentityValue appends the value of an identity record.
+func appendIdentityValue(dst []byte, seq uint64, r refusal) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, seq)
+	return append(dst, byte(r))
 }
 
 // decodeIdentityValue splits an identity record's value; an empty one
 // (written before the window) is seq 0, not refused.
-func decodeIdentityValue(v []byte) (seq uint64, refused bool, err error) {
+func decodeIdentityValue(v []byte) (seq uint64, r refusal, err error) {
 	switch len(v) {
 	case 0:
-		return 0, false, nil
+		return 0, accepted, nil
 	case identityValueLen:
-		if v[8]&^identityRefused != 0 {
-			return 0, false, fmt.Errorf("identity value with unknown flags %#x", v[8])
+		switch r := refusal(v[8]); r {
+		case accepted, refusedBeforeLeave, refusedFull:
+			return binary.BigEndian.Uint64(v), r, nil
 		}
-		return binary.BigEndian.Uint64(v), v[8]&identityRefused != 0, nil
+		return 0, accepted, fmt.Errorf("identity value with unknown flags %#x", v[8])
 	}
-	return 0, false, fmt.Errorf("identity value of %d bytes, want 0 or %d", len(v), identityValueLen)
+	return 0, accepted, fmt.Errorf("identity value of %d bytes, want 0 or %d", len(v), identityValueLen)
 }
 
 // Outbox entries: the key is the entry's sequence number, u64 BE so that key

@@ -17,6 +17,12 @@ var (
 	// command's identity is remembered (see Batch.Apply).
 	ErrRejoinBeforeLeave = errors.New("membership: rejoin before leave")
 
+	// ErrHistoryFull is wrapped by the error of a rejoin of a user who
+	// already has Options.MaxHistory closed episodes: the user stays left
+	// (nothing of theirs is forwarded). No state changes; the command's
+	// identity is remembered, as a refused one (see Batch.Apply).
+	ErrHistoryFull = errors.New("membership: history full")
+
 	// ErrConflict is wrapped by the error of a command for a user that another
 	// open batch has already claimed. See the package documentation, section
 	// Concurrency.

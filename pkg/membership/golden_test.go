@@ -140,7 +140,13 @@ func TestGoldenRecords(t *testing.T) {
 			default:
 				t.Fatalf("line %d: op %q", r.line, r.fields["op"])
 			}
-			seq, refused := r.u64(t, "seq"), r.fields["refused"] == "true"
+			seq, refused := r.u64(t, "seq"), accepted
+			switch r.fields["refused"] {
+			case "true", "before-leave":
+				refused = refusedBeforeLeave
+			case "history-full":
+				refused = refusedFull
+			}
 			key, value = appendIdentityKey(nil, c), appendIdentityValue(nil, seq, refused)
 			if r.fields["legacy"] == "true" {
 				value = []byte{}

@@ -51,7 +51,18 @@ type Options struct {
 	// every commit. Default DefaultBackgroundFailureTimeout; must not be
 	// negative.
 	BackgroundFailureTimeout time.Duration
+
+	// MaxHistory is the most closed episodes a user keeps: a rejoin that
+	// would close one more is refused (ErrHistoryFull) and the user stays
+	// left. It bounds a user's state at about 16 bytes an episode.
+	// Default DefaultMaxHistory; must not be negative. The rules of every
+	// store that replays the same commands must agree on it.
+	MaxHistory int
 }
+
+// DefaultMaxHistory is the MaxHistory used when it is 0: 10,000 leaves and
+// rejoins of one user, about 160 kB of state.
+const DefaultMaxHistory = 10000
 
 // DefaultBackgroundFailureTimeout is the BackgroundFailureTimeout used when
 // it is 0.
@@ -75,6 +86,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.BackgroundFailureTimeout == 0 {
 		o.BackgroundFailureTimeout = DefaultBackgroundFailureTimeout
 	}
+	if o.MaxHistory == 0 {
+		o.MaxHistory = DefaultMaxHistory
+	}
 	return o
 }
 
@@ -90,6 +104,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: Options.CacheSize is %d, want >= 0", ErrInvalid, o.CacheSize)
 	case o.BackgroundFailureTimeout < 0:
 		return fmt.Errorf("%w: Options.BackgroundFailureTimeout is %v, want >= 0", ErrInvalid, o.BackgroundFailureTimeout)
+	case o.MaxHistory < 0:
+		return fmt.Errorf("%w: Options.MaxHistory is %d, want >= 0", ErrInvalid, o.MaxHistory)
 	}
 	return nil
 }

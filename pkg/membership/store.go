@@ -309,7 +309,7 @@ func (s *Store) apply(cmd Command) (Change, error) {
 	b := s.NewBatch()
 	defer b.Close()
 	c, applyErr := b.Apply(cmd)
-	if applyErr != nil && !errors.Is(applyErr, ErrRejoinBeforeLeave) {
+	if _, isRefusal := refusalOf(applyErr); !isRefusal {
 		return Change{}, applyErr
 	}
 	// A refused rejoin is remembered, so it is committed too.

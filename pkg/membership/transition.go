@@ -22,7 +22,11 @@ import (
 // Active; atNs == left_at closes the empty episode (a leave and a rejoin in
 // the same instant, ordered by their arrival). A rejoin before left_at is
 // refused with ErrRejoinBeforeLeave; on an Active user it changes nothing.
-func transition(m Member, op Op, atNs uint64) (Change, error) {
+// A rejoin that would close episode maxHistory+1 is refused with
+// ErrHistoryFull: a user's state grows with its episodes, and the cap keeps
+// it (and every changelog record and restore header of it) bounded, while
+// the user stays left, which fails closed.
+func transition(m Member, op Op, atNs uint64, maxHistory int) (Change, error) {
 	if atNs == OpenEnd {
 		return Change{}, fmt.Errorf("%w: user %d: %v at %d: time is the OpenEnd sentinel (math.MaxUint64)", ErrInvalid, m.UserID, op, atNs)
 	}
@@ -63,6 +67,9 @@ func transition(m Member, op Op, atNs uint64) (Change, error) {
 		}
 		if atNs < m.LeftAtNs {
 			return Change{}, fmt.Errorf("%w: user %d: left_at %d, rejoin at %d", ErrRejoinBeforeLeave, m.UserID, m.LeftAtNs, atNs)
+		}
+		if len(m.History) >= maxHistory {
+			return Change{}, fmt.Errorf("%w: user %d: %d closed episodes, the most a user keeps: the user stays left", ErrHistoryFull, m.UserID, len(m.History))
 		}
 		closed := Episode{LeftAtNs: m.LeftAtNs, RejoinedAtNs: atNs}
 		c.After.Status, c.After.LeftAtNs = Active, 0
