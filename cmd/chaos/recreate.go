@@ -51,6 +51,13 @@ func (r *scenarioRun) recreate(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// The result stays for execute; a load that failed ends the scenario
+	// here rather than in a wait for signals that never came.
+	load := <-r.produceC
+	r.produceC <- load
+	if load.err != nil {
+		return fmt.Errorf("producing the load: %w", load.err)
+	}
 	if err := r.waitDecided(ctx); err != nil {
 		return err
 	}
