@@ -116,7 +116,7 @@ func TestGrowingScenarios(t *testing.T) {
 	both := knownGrowthLeak(true, t0, t0.Add(1500*time.Millisecond), 200*time.Millisecond)
 	one := knownGrowthLeak(false, t0, t0.Add(time.Second), 200*time.Millisecond)
 	if !strings.Contains(both, "20:00:00.000") || !strings.Contains(both, "20:00:01.500") || !strings.Contains(both, "(2) a late leave") ||
-		strings.Contains(one, "(1)") || !strings.Contains(one, "a late leave") {
+		strings.Contains(one, "(1)") || !strings.Contains(one, "a late leave") || !strings.Contains(one, "(3) a partition beyond") {
 		t.Errorf("known leaks: commands first %q; inputs first %q", both, one)
 	}
 	if n := grownPartitions(&options{partitions: 6}); n != 12 {
