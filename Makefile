@@ -71,6 +71,8 @@ fuzz:
 	done
 
 lint: size-guard
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -w these files:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
@@ -138,9 +140,13 @@ promtool:
 # (every signal written to both inputs, each output judged); chaos is the
 # long one (1M signals over 100k users, one route). Extra flags go in CHAOS_FLAGS (e.g.
 # --keep, --hostile-shares txn-held=2,poison=1, or --hostile=false for the
-# friendly load alone).
+# friendly load alone). chaos then runs the property test
+# TestShortcutsEqualReplay (integration/property_test.go) on
+# PROPERTY_HISTORIES random histories (make test runs 3) against the same
+# brokers (CHAOS_BROKERS= : the embedded one).
 CHAOS_BROKERS ?= $(KAFKA_BROKERS)
 CHAOS_FLAGS   ?=
+PROPERTY_HISTORIES ?= 40
 
 .PHONY: chaos chaos-short
 
@@ -150,6 +156,8 @@ chaos: build
 		--signals 1000000 --users 100000 --leave-pct 5 --rejoin-pct 1 \
 		--hostile --hostile-scenes $(or $(CHAOS_SCENES),64) \
 		--rounds 20 --timeout 20m $(CHAOS_FLAGS)
+	KAFKA_BROKERS='$(CHAOS_BROKERS)' COHORTGATE_PROPERTY_HISTORIES=$(PROPERTY_HISTORIES) \
+		$(GO) test -race -count=1 -timeout 60m -run '^TestShortcutsEqualReplay$$' ./integration/
 
 chaos-short: build
 	$(GO) build -o bin/chaos ./cmd/chaos

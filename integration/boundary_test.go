@@ -324,7 +324,7 @@ func withoutReceipt(t *testing.T, h []byte) []byte {
 		t.Fatalf("restore header's note: %v", err)
 	}
 	d.Member.Note = nil
-	ids := h[len(h)-16*d.Identities:]
+	ids := dumpIdentities(h, d)
 	return fmt.Appendf(nil, "%x %+v %+v %x", h[:prefix], d.Member, note.Command, ids)
 }
 

@@ -459,3 +459,236 @@ func TestRestoreWaitsForOpenTransactionOnChangelog(t *testing.T) {
 		t.Errorf("user %d: %+v, %v; want left", u, m, err)
 	}
 }
+
+// TestGrowthEqualsReplay: the commands, signals and changelog grow from
+// 2 to 4 partitions while a processor runs, and a user's key moves from
+// partition 1 to 3. Its state on the running processor must equal what a
+// replay of the commands from offset 0 (a new group, an empty data dir)
+// computes.
+//
+//   - A leave before the growth and a rejoin after it: the running
+//     processor restored the user from the changelog (left) and applied
+//     the rejoin: active, one closed episode. A replay read partition 3
+//     first (the rejoin, of an active user: nothing) and re-published the
+//     leave from partition 1 after it (rule C2): left, no episode. The
+//     migration copied only the commands beyond the judged offset; it now
+//     copies every command of a moved user from offset 0.
+//   - A leave in partition 1, then a rejoin produced to partition 0 and
+//     applied as its copy in partition 1: read from offset 0 of every old
+//     partition, the rejoin was copied from partition 0 before the leave
+//     from partition 1, and the replay met the rejoin first (left, no
+//     episode). A record misrouted under the count it was read under is
+//     now copied only from where it was applied.
+//
+// (Found by TestShortcutsEqualReplay.)
+func TestGrowthEqualsReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		before, after func(e *env, u uint64, t0 time.Time, fresh *kgo.Client)
+	}{
+		{"leave before, rejoin after", func(e *env, u uint64, t0 time.Time, _ *kgo.Client) {
+			e.command(topics.Leave, u, t0)
+		}, func(e *env, u uint64, t0 time.Time, fresh *kgo.Client) {
+			c := topics.Command{Op: topics.Rejoin, UserID: u, AtNs: uint64(t0.Add(time.Second).UnixNano()), HasAt: true, RequestID: "after"}
+			r := &kgo.Record{Topic: string(e.set.Commands), Key: topics.AppendUserID(nil, u), Value: topics.AppendCommand(nil, c)}
+			if err := fresh.ProduceSync(e.ctx(30*time.Second), r).FirstErr(); err != nil {
+				e.t.Fatal(err)
+			}
+			if r.Partition != 3 {
+				e.t.Fatalf("the rejoin of user %d landed in partition %d, want 3 (of 4)", u, r.Partition)
+			}
+		}},
+		{"misrouted rejoin before", func(e *env, u uint64, t0 time.Time, _ *kgo.Client) {
+			e.command(topics.Leave, u, t0)
+			c := topics.Command{Op: topics.Rejoin, UserID: u, AtNs: uint64(t0.Add(time.Second).UnixNano()), HasAt: true, RequestID: "misrouted"}
+			r := &kgo.Record{Topic: string(e.set.Commands), Partition: 0, Key: topics.AppendUserID(nil, u), Value: topics.AppendCommand(nil, c)}
+			manual, err := kgo.NewClient(kgo.SeedBrokers(broker.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			defer manual.Close()
+			if err := manual.ProduceSync(e.ctx(30*time.Second), r).FirstErr(); err != nil {
+				e.t.Fatal(err)
+			}
+			from := fmt.Sprintf("%d/%d", r.Partition, r.Offset)
+			eventually(e.t, 30*time.Second, func() error {
+				for _, rec := range e.readAll(e.set.Commands) {
+					if rec.Partition == 1 && header(rec, topics.HeaderMisroutedFrom) == from {
+						return nil
+					}
+				}
+				return fmt.Errorf("the rejoin at %s not re-published to partition 1 yet", from)
+			})
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			cfg := e.config()
+			cfg.TopologyInterval = 100 * time.Millisecond
+			a := e.start(t.TempDir(), cfg)
+			a.waitReady(t, 2)
+			u := userMoving(2, 1, 4, 3)
+			t0 := time.Now().Truncate(time.Millisecond)
+			tc.before(e, u, t0, nil)
+			e.judgeAll(2, "before")
+			e.grow(4, e.set.Commands, e.set.Signals, e.set.Changelog)
+			e.waitPartitions(map[topics.Topic]int32{e.set.Commands: 4, e.set.Signals: 4, e.set.Changelog: 4})
+			a.waitReady(t, 4)
+			fresh, err := kgo.NewClient(kgo.SeedBrokers(broker.addrs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fresh.Close()
+			if tc.after != nil {
+				tc.after(e, u, t0, fresh)
+			}
+			want := []topics.Episode{{LeftAtNs: uint64(t0.UnixNano()), RejoinedAtNs: uint64(t0.Add(time.Second).UnixNano())}}
+			eventually(t, 30*time.Second, func() error {
+				m, err := a.Member(u)
+				if err != nil || m.Status != "active" || !slices.Equal(m.History, want) {
+					return fmt.Errorf("user %d on the live owner: %+v, %v; want active with history %v", u, m, err, want)
+				}
+				return nil
+			})
+			if err := a.stop(t); err != nil {
+				t.Fatalf("a: %v", err)
+			}
+
+			// The replay: its own group, changelog and outputs, an empty
+			// data dir.
+			rcfg := e.config()
+			rcfg.Group += "-replay"
+			rcfg.Partitions = 4
+			rcfg.Topics.Cohort += "-replay"
+			rcfg.Topics.DLQ += "-replay"
+			rcfg.Topics.Changelog += "-replay"
+			t.Cleanup(func() {
+				ctx := e.ctx(30 * time.Second)
+				_, _ = e.adm.DeleteTopics(ctx, string(rcfg.Topics.Cohort), string(rcfg.Topics.DLQ), string(rcfg.Topics.Changelog))
+				_, _ = e.adm.DeleteGroup(ctx, rcfg.Group)
+			})
+			b := e.start(t.TempDir(), rcfg)
+			b.waitReady(t, 4)
+			// The replay re-publishes what it finds misrouted; a signal of
+			// partition 3 it decided after the commands stopped growing
+			// means that it applied every copy.
+			prev := ""
+			for round := 0; ; round++ {
+				if round == 8 {
+					t.Fatal("the commands topic still grows after 8 rounds")
+				}
+				s := &kgo.Record{Topic: string(e.set.Signals), Key: topics.AppendUserID(nil, u), Value: []byte("judge"), Timestamp: time.Now()}
+				if err := fresh.ProduceSync(e.ctx(30*time.Second), s).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				e.waitDecidedBy(rcfg.Group)
+				ends, err := e.adm.ListEndOffsets(e.ctx(30*time.Second), string(e.set.Commands))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if now := fmt.Sprint(ends.Offsets()); now != prev {
+					prev = now
+					continue
+				}
+				break
+			}
+			m, err := b.Member(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Status != "active" || !slices.Equal(m.History, want) {
+				t.Errorf("user %d replayed: %s with history %v; the live owner had it active with history %v",
+					u, m.Status, m.History, want)
+			}
+		})
+	}
+}
+
+// TestGrowthMigratesUnjudgedPartition: a processor ran under 2
+// partitions and committed offset metadata for partition 1 that judged
+// no command (there was none yet). While no processor ran, a user of
+// partition 1 left, and the commands, signals and changelog grew to 4,
+// the user's key moving to partition 3. A partition whose metadata
+// judged nothing under the old count was not taken for one whose
+// commands must be copied to their users' new partitions: partition 3
+// was ready with the user active, and the leave reached it only when
+// partition 1's owner re-published it (rule C2), as if it had been
+// misrouted, after signals of the user may have been forwarded. (Found
+// by TestShortcutsEqualReplay, where the leave was applied just before a
+// growth and its changelog record had not committed yet.)
+func TestGrowthMigratesUnjudgedPartition(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.config()
+	a := e.start(t.TempDir(), cfg)
+	a.waitReady(t, 2)
+	e.judgeAll(2, "a")
+	if err := a.stop(t); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	u := userMoving(2, 1, 4, 3)
+	t0 := time.Now()
+	e.command(topics.Leave, u, t0) // to partition 1 of 2: the test's client knows 2
+	e.grow(4, e.set.Commands, e.set.Signals, e.set.Changelog)
+	e.waitPartitions(map[topics.Topic]int32{e.set.Commands: 4, e.set.Signals: 4, e.set.Changelog: 4})
+
+	b := e.start(t.TempDir(), cfg)
+	b.waitReady(t, 4)
+	// Ready means partition 3 caught up with its commands: the leave must
+	// be among them, not on its way.
+	if m, err := b.Member(u); err != nil || m.Status != "left" {
+		t.Fatalf("user %d once partition 3 is ready: %+v, %v; want left", u, m, err)
+	}
+}
+
+// TestGrowthKeepsLateLeaveWindows: a signal of a user is forwarded from
+// partition 1 of 2; the commands, signals and changelog grow to 4, the
+// user's key moving to partition 3; then the user leaves late, its
+// boundary before the signal. The new partition 3 had no offset metadata,
+// so its claim took no earlier owner for having decided anything, found
+// no forwarded signal of the user in its own record, and recorded no
+// window: the forwarded signal leaked silently (promise 2). A claim made
+// under a count that changed since its partition's metadata now inherits
+// the highest event time any partition decided, and records the window,
+// not exact. (Found by TestShortcutsEqualReplay.)
+func TestGrowthKeepsLateLeaveWindows(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.config()
+	cfg.TopologyInterval = 100 * time.Millisecond
+	a := e.start(t.TempDir(), cfg)
+	a.waitReady(t, 2)
+	u := userMoving(2, 1, 4, 3)
+	t0 := time.Now().Truncate(time.Millisecond)
+	e.signal(u, t0.Add(100*time.Millisecond), "before-growth")
+	e.waitDecided()
+	e.assertForwarded([]string{"before-growth"}, nil)
+
+	e.grow(4, e.set.Commands, e.set.Signals, e.set.Changelog)
+	e.waitPartitions(map[topics.Topic]int32{e.set.Commands: 4, e.set.Signals: 4, e.set.Changelog: 4})
+	a.waitReady(t, 4)
+	fresh, err := kgo.NewClient(kgo.SeedBrokers(broker.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	c := topics.Command{Op: topics.Leave, UserID: u, AtNs: uint64(t0.UnixNano()), HasAt: true, RequestID: "late"}
+	r := &kgo.Record{Topic: string(e.set.Commands), Key: topics.AppendUserID(nil, u), Value: topics.AppendCommand(nil, c)}
+	if err := fresh.ProduceSync(e.ctx(30*time.Second), r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Partition != 3 {
+		t.Fatalf("the leave of user %d landed in partition %d, want 3 (of 4)", u, r.Partition)
+	}
+	ts := uint64(t0.Add(100 * time.Millisecond).UnixNano())
+	eventually(t, 30*time.Second, func() error {
+		m, err := a.Member(u)
+		if err != nil || m.Status != "left" {
+			return fmt.Errorf("user %d: %+v, %v; want left", u, m, err)
+		}
+		if !slices.ContainsFunc(m.LateLeaves, func(w topics.LateLeave) bool {
+			return w.LeftAtNs <= ts && ts <= w.ForwardedThroughNs
+		}) {
+			t.Fatalf("user %d left at %d after its signal at %d was forwarded; windows %+v hold none of it", u, t0.UnixNano(), ts, m.LateLeaves)
+		}
+		return nil
+	})
+}

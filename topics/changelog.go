@@ -11,7 +11,10 @@ import (
 // the user's whole membership record after one applied command. The topic
 // is compacted, so the latest record per user is the user's state; it is
 // what the purge job reads, and the processor's status API answers the same
-// shape. All times are nanoseconds since the Unix epoch.
+// shape. All times are nanoseconds since the Unix epoch. The processor
+// writes no tombstone (a nil value); one written by others changes no
+// state, and a restore from the changelog never takes its user for one
+// who never left (the README's "Tombstones").
 //
 //	{"user_id":42,"status":"left","left_at_ns":1764633600000000000,
 //	 "history":[{"left_at_ns":1700000000000000000,"rejoined_at_ns":1710000000000000000}],
@@ -29,8 +32,12 @@ type MemberRecord struct {
 	History []Episode `json:"history"`
 	// HistoryOmitted is how many of the oldest episodes a record leaves
 	// out because the whole history did not fit the changelog topic's
-	// max.message.bytes; they are in the user's earlier records. Absent
-	// (0) otherwise.
+	// max.message.bytes; absent (0) otherwise. Compaction keeps only a
+	// user's latest record, so the changelog may hold them nowhere else.
+	// They are closed episodes, which held no forwarded signal of the
+	// user outside LateLeaves, which a record never leaves out; the
+	// processor's store keeps the whole history, and its status API
+	// answers it.
 	HistoryOmitted int `json:"history_omitted,omitempty"`
 	// LateLeaves lists the windows in which signals of this user may have
 	// been forwarded although the user had left: leaves that reached the

@@ -21,7 +21,7 @@ import (
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-// bench handover (issue 16 §4): how long an owner with an empty data dir
+// bench handover: how long an owner with an empty data dir
 // takes from the assignment of a partition to its first forwarded signal,
 // when the partition's history is --commands commands (a leave, then a
 // rejoin, of --commands/2 users), by the replay of the commands from

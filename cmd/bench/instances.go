@@ -22,7 +22,7 @@ import (
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-// bench instances (issue 16 §4): 1, 2 and 3 processors in one consumer
+// bench instances: 1, 2 and 3 processors in one consumer
 // group on the same load. For each size of the group it measures the time
 // from the rebalance that made it to every partition forwarding again, and
 // what the whole group spends, in CPU-seconds per million signals, on a

@@ -34,6 +34,10 @@ type latencyResult struct {
 	// leave was handed to the producer (its at_ns): an upper bound that
 	// includes the produce round trip.
 	FromSend summary
+	// Floor is a plain franz-go consumer's time from the same
+	// acknowledgements to its poll of the leaves, in the same run and
+	// load (floorWatch): what the processor is judged against.
+	Floor summary
 
 	TargetRate float64 // signals/s asked of the load generator
 	Rate       float64 // signals/s written while the leaves went out
@@ -54,6 +58,7 @@ type latencyResult struct {
 type latencyRound struct {
 	Found     int
 	Latency   summary // from the acknowledgement
+	Floor     summary // a plain consumer's, from the acknowledgement to its poll (floorWatch)
 	Rate, CPU float64
 }
 
@@ -102,7 +107,7 @@ func (h *harness) latencyRounds(ctx context.Context, r *latencyResult) error {
 	}
 	rounds := h.o.latencyRounds
 	users := rand.New(rand.NewPCG(h.o.load.Seed, 7)).Perm(h.o.load.Users)[:h.o.latencyLeaves]
-	var lat, fromSend []time.Duration
+	var lat, fromSend, floor []time.Duration
 	steps := make(map[string]histogram)
 	var rate, cpu float64
 	for i := range rounds {
@@ -111,11 +116,12 @@ func (h *harness) latencyRounds(ctx context.Context, r *latencyResult) error {
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i+1, err)
 		}
-		rl := latencyRound{Found: len(x.lat), Latency: summarize(slices.Clone(x.lat)), Rate: x.rate, CPU: x.cpu}
+		rl := latencyRound{Found: len(x.lat), Latency: summarize(slices.Clone(x.lat)), Floor: summarize(slices.Clone(x.floor)),
+			Rate: x.rate, CPU: x.cpu}
 		r.Rounds = append(r.Rounds, rl)
-		h.printf("latency: round %d: %d leaves: p50 %v, p99 %v, max %v; signals at %s/s", i+1, rl.Found,
-			rl.Latency.P50, rl.Latency.P99, rl.Latency.Max, thousands(rl.Rate))
-		lat, fromSend = append(lat, x.lat...), append(fromSend, x.fromSend...)
+		h.printf("latency: round %d: %d leaves: p50 %v, p99 %v, max %v; floor p50 %v, p99 %v; signals at %s/s", i+1, rl.Found,
+			rl.Latency.P50, rl.Latency.P99, rl.Latency.Max, rl.Floor.P50, rl.Floor.P99, thousands(rl.Rate))
+		lat, fromSend, floor = append(lat, x.lat...), append(fromSend, x.fromSend...), append(floor, x.floor...)
 		r.Sent, r.Found, r.Negative = r.Sent+x.sent, r.Found+len(x.lat), r.Negative+x.negative
 		rate, cpu = rate+x.rate, cpu+x.cpu
 		if steps != nil && x.steps != nil {
@@ -126,7 +132,7 @@ func (h *harness) latencyRounds(ctx context.Context, r *latencyResult) error {
 			steps = nil
 		}
 	}
-	r.Latency, r.FromSend = summarize(lat), summarize(fromSend)
+	r.Latency, r.FromSend, r.Floor = summarize(lat), summarize(fromSend), summarize(floor)
 	r.Rate, r.CPU = rate/float64(rounds), cpu/float64(rounds)
 	if steps != nil {
 		r.Steps = stepsBetween(nil, steps)
@@ -139,6 +145,7 @@ func (h *harness) latencyRounds(ctx context.Context, r *latencyResult) error {
 // latencyOutcome is what one round measured.
 type latencyOutcome struct {
 	lat, fromSend []time.Duration
+	floor         []time.Duration // floorWatch's, of the same leaves
 	sent          int
 	negative      int
 	steps         map[string]histogram // observed over the leaves' span; nil if not read
@@ -188,12 +195,19 @@ func (h *harness) latency(ctx context.Context, r *latencyResult, round int, user
 		return nil, err
 	}
 
+	floor, err := watchFloor(h.o.brokers, string(set.Commands))
+	if err != nil {
+		return nil, err
+	}
+	defer floor.stop()
 	x := &latencyOutcome{}
 	before, herr := scrapeHistograms(ctx, "http://"+addr)
 	acks, sent, rate, cpu, err := h.produceLeaves(ctx, set, proc, gen, users, spread)
 	if err != nil {
 		return nil, err
 	}
+	floor.wait(ctx, acks, 10*time.Second)
+	x.floor = floor.floors(acks)
 	x.sent, x.rate, x.cpu = len(acks), rate, cpu
 	after, err := scrapeHistograms(ctx, "http://"+addr)
 	if err = errors.Join(herr, err); err != nil {

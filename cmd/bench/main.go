@@ -1,12 +1,16 @@
-// Command bench is cohortgate's benchmark harness: it measures, in one run
-// against one Kafka broker, what issue 7 asks for, and appends the figures
-// to BENCHMARKS.md. `make bench` runs the pkg/gate micro-benchmarks and
-// then `bench run`.
+// Command bench is cohortgate's benchmark harness: it measures, against
+// one Kafka broker, the processor's throughput, CPU and latency beside a
+// plain franz-go passthrough and Kafka Streams, its restarts at scale, a
+// handover and a growing group, and appends the figures to BENCHMARKS.md.
+// `make bench` runs the pkg/gate micro-benchmarks and then `bench run`.
 //
 // Usage:
 //
 //	bench run [flags]          the whole harness (see run.go for the phases)
 //	bench passthrough [flags]  the consume→produce baseline, run by `bench run` as its own process
+//	bench scale [flags]        restart to ready at 1M to 100M members (make bench-scale)
+//	bench handover [flags]     an empty owner's first forwarded signal: replay against restore (make bench-handover)
+//	bench instances [flags]    1, 2 and 3 instances in one group (make bench-instances)
 //
 // # What a run measures
 //

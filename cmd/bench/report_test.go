@@ -223,3 +223,27 @@ func TestGateTook(t *testing.T) {
 		t.Errorf("trimFloat(28.523) = %q", got)
 	}
 }
+
+func TestFloorAim(t *testing.T) {
+	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+	round := func(p99, floor float64) latencyRound {
+		return latencyRound{Latency: summary{N: 10, P99: ms(p99)}, Floor: summary{N: 10, P99: ms(floor)}}
+	}
+	for _, tc := range []struct {
+		name   string
+		rounds []latencyRound
+		worst  time.Duration
+		met    bool
+		ok     bool
+	}{
+		{"within 2 ms of the floor", []latencyRound{round(5, 4), round(6.5, 4.6)}, ms(1.9), true, true},
+		{"one round above", []latencyRound{round(5, 4), round(9, 4)}, ms(5), false, true},
+		{"no floor measured", []latencyRound{{Latency: summary{N: 3, P99: ms(4)}}}, 0, false, false},
+	} {
+		l := &latencyResult{Rounds: tc.rounds}
+		worst, met, ok := l.floorAim()
+		if worst.Round(time.Microsecond) != tc.worst || met != tc.met || ok != tc.ok {
+			t.Errorf("%s: floorAim = %v, %v, %v; want %v, %v, %v", tc.name, worst, met, ok, tc.worst, tc.met, tc.ok)
+		}
+	}
+}

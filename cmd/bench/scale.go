@@ -25,7 +25,7 @@ import (
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-// bench scale (make bench-scale, issue 16 §2): how long a processor takes
+// bench scale (make bench-scale): how long a processor takes
 // from its start to ready, and how much memory it holds, as the store
 // grows to 100M members, with the gate snapshot and by the Pebble scan.
 //

@@ -17,7 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// The aims of issue 16 §2.
+// The aims of a restart at scale, as BENCHMARKS.md states them.
 const (
 	aimReady10M  = 2 * time.Second
 	aimReady100M = 20 * time.Second
@@ -337,7 +337,7 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 	return b.String()
 }
 
-// scaleAims are the aims of issue 16 §2 against the sizes measured.
+// scaleAims are the restart aims against the sizes measured.
 func scaleAims(rs []scaleResult) [][3]string {
 	var out [][3]string
 	find := func(n int) (scaleResult, bool) {

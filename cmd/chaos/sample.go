@@ -39,7 +39,7 @@ type soakMetric struct {
 	scale    float64 // shown value = value / scale
 }
 
-// soakMetrics are the figures of issue 14, in CSV and panel order. The
+// soakMetrics are the soak's figures, in CSV and panel order. The
 // Go runtime's and the process's series come from client_golang's Go and
 // process collectors, which the processor registers.
 var soakMetrics = [...]soakMetric{
@@ -124,20 +124,29 @@ func csvHeader() []string {
 	return append(h, "signals_in_total")
 }
 
-// writeCSV writes samples as CSV: a header, then one row a sample, values
-// as the processor reported them (bytes, counts).
-func writeCSV(w io.Writer, samples []sample) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(csvHeader()); err != nil {
+// sampleWriter writes the soak's samples as CSV as they are taken: a
+// header, then one row a sample, values as the processor reported them
+// (bytes, counts). Each row is flushed, so a run cut short keeps every
+// sample it took.
+type sampleWriter struct{ cw *csv.Writer }
+
+// newSampleWriter writes the header to w.
+func newSampleWriter(w io.Writer) (*sampleWriter, error) {
+	sw := &sampleWriter{cw: csv.NewWriter(w)}
+	if err := sw.cw.Write(csvHeader()); err != nil {
+		return nil, err
+	}
+	sw.cw.Flush()
+	return sw, sw.cw.Error()
+}
+
+// write writes s's row.
+func (sw *sampleWriter) write(s sample) error {
+	if err := sw.cw.Write(s.csvRow()); err != nil {
 		return err
 	}
-	for _, s := range samples {
-		if err := cw.Write(s.csvRow()); err != nil {
-			return err
-		}
-	}
-	cw.Flush()
-	return cw.Error()
+	sw.cw.Flush()
+	return sw.cw.Error()
 }
 
 // csvRow is s as a row of the CSV.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -182,9 +181,9 @@ func (r *scenarioRun) soak(ctx context.Context) error {
 		return err
 	}
 	defer f.Close()
-	cw := csv.NewWriter(f)
-	if err := cw.Write(csvHeader()); err != nil {
-		return err
+	sw, err := newSampleWriter(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", res.csv, err)
 	}
 	for next := start; ; {
 		s, err := in.scrape(ctx)
@@ -195,11 +194,8 @@ func (r *scenarioRun) soak(ctx context.Context) error {
 		default:
 			s.at = time.Since(start)
 			res.samples = append(res.samples, s)
-			if err := cw.Write(s.csvRow()); err != nil {
+			if err := sw.write(s); err != nil {
 				return fmt.Errorf("%s: %w", res.csv, err)
-			}
-			if cw.Flush(); cw.Error() != nil {
-				return fmt.Errorf("%s: %w", res.csv, cw.Error())
 			}
 			load := "unknown"
 			if l, ok := loadAverage(); ok {

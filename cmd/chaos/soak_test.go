@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -96,7 +97,7 @@ func TestCSVRoundTrip(t *testing.T) {
 		{at: 10 * time.Second, values: [...]float64{125829120, 41943040.5, 38, 515, 1024, 12}, signalsIn: 4.5e6},
 	}
 	var b bytes.Buffer
-	if err := writeCSV(&b, in); err != nil {
+	if err := writeSamples(&b, in); err != nil {
 		t.Fatal(err)
 	}
 	first := strings.SplitN(b.String(), "\n", 2)[0]
@@ -383,7 +384,7 @@ func TestRedrawSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeCSV(f, series(37, steady)); err != nil {
+	if err := writeSamples(f, series(37, steady)); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -467,4 +468,18 @@ func TestLeadWith(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeSamples writes samples through the soak's own writer.
+func writeSamples(w io.Writer, samples []sample) error {
+	sw, err := newSampleWriter(w)
+	if err != nil {
+		return err
+	}
+	for _, s := range samples {
+		if err := sw.write(s); err != nil {
+			return err
+		}
+	}
+	return nil
 }

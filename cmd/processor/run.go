@@ -399,7 +399,7 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		UnsafeIgnoreTopology:           o.unsafeNoTopo,
 		HandoverReplay:                 o.handoverReplay,
 		// Written at a clean stop, so that the next start loads the gate
-		// instead of scanning the store (issue 16).
+		// instead of scanning the store, which takes minutes at 100M members.
 		GateSnapshot: filepath.Join(o.dataDir, "gate.snapshot"),
 		KafkaOpts:    append(kafkaOpts, kgo.WithHooks(kmetrics)),
 		Logger:       log,
@@ -444,13 +444,14 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 
 // instanceID returns the id kept in dataDir/instance-id, creating it: a
 // transactional ID must be stable across restarts of one instance and
-// distinct between instances, and each instance has its own data dir.
+// distinct between instances, and each instance has its own data dir. A
+// dir that is a copy of another instance's is refused (home.go).
 func instanceID(dataDir string) (string, error) {
 	path := filepath.Join(dataDir, "instance-id")
 	b, err := os.ReadFile(path)
 	if err == nil {
 		if id := strings.TrimSpace(string(b)); id != "" {
-			return id, nil
+			return id, checkHome(dataDir, id)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("unable to read %s: %w", path, err)
@@ -463,7 +464,12 @@ func instanceID(dataDir string) (string, error) {
 	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
 		return "", fmt.Errorf("unable to write %s: %w", path, err)
 	}
-	return id, nil
+	// A new id is a new instance: where its instance-id was made before
+	// is no longer its home.
+	if err := os.Remove(filepath.Join(dataDir, "instance-home")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	return id, checkHome(dataDir, id)
 }
 
 // shutdown stops srv, giving its requests 5s.

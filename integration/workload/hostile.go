@@ -55,7 +55,7 @@ const (
 	// effect.
 	KindTxnAbort Kind = "txn-abort"
 	// KindRedeliver: commands delivered again (the same record), and
-	// leaves again with new request ids; issue 13's finding 4.
+	// leaves again with new request ids, which must not re-apply old ones.
 	KindRedeliver Kind = "redeliver"
 	// KindLateLeave: a leave stamped further back than the grace, and an
 	// earlier boundary after a leave (the earliest wins).

@@ -134,7 +134,7 @@ func (sc *scene) txnAbort(ctx context.Context) error {
 	return sc.signals(ctx, 3, 50*time.Millisecond, y, murmur, noGate)
 }
 
-// redeliver: issue 13's finding 4 for u — leave a, rejoin b, a leave c
+// redeliver: re-deliveries for u (rule C5) — leave a, rejoin b, a leave c
 // with a boundary between them (clamped to b), rejoin d, then c again, the
 // same record, which must change nothing: u's signals after d are
 // forwarded. And for w: a leave, the same record again, then a leave with

@@ -32,8 +32,10 @@ type claim struct {
 	// the claim is shared.
 	judgedBelow int64
 	// inheritedMaxNs is the highest event time earlier owners decided (from
-	// the offset metadata), -1 if none: a leave after it cannot have
-	// leaked a signal they forwarded. Set before the claim is shared.
+	// the offset metadata: the partition's, or every partition's when the
+	// commands' count changed since the partition's), -1 if none: a leave
+	// after it cannot have leaked a signal they forwarded. Set before the
+	// claim is shared.
 	inheritedMaxNs int64
 	// fwd remembers the signals this claim forwarded, for exact late-leave
 	// windows.
@@ -101,7 +103,7 @@ type claim struct {
 // under an older count, of users the claiming partition owns now.
 type tail struct {
 	partition int32
-	judged    int64 // below it, the partition's users' changelog records hold the commands
+	parts     int32 // the commands' count its commands were last read under; 0 if unknown
 	end       int64 // its end when the claim was made
 }
 

@@ -481,7 +481,7 @@ func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd
 		return nil, dlq(topics.ReasonOf(err), err), nil
 	}
 	if want := a.kp.of(r.Key, a.partitions); want != r.Partition {
-		rp := republishRecord(r, want)
+		rp := republishCommand(r, want)
 		if !a.lim.fits(rp) {
 			return nil, dlq(topics.ReasonRecordTooLarge, fmt.Errorf("misrouted command of %d bytes does not fit %s again with its header (max.message.bytes %d)",
 				userBytes(r), r.Topic, a.lim.of(r.Topic))), nil
@@ -517,34 +517,6 @@ func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd
 			cmd.Op, cmd.UserID, r.Partition, r.Offset, err)
 	}
 	return &appliedCmd{c: c, r: r, cmd: cmd, atNs: at, change: change}, nil, nil
-}
-
-// boundary returns a command's boundary: its at_ns, or its record
-// timestamp when it has none (rule C4). A boundary that is no time the
-// processor can hold (above 2^63-1 ns, or a record timestamp that is
-// negative or beyond 2^63-1 ns) is refused with command_at_out_of_range;
-// one more than skew ahead of the record's own timestamp with
-// command_future_skew. Both checks read only the record, so a replay
-// decides the same.
-func boundary(cmd topics.Command, recordTs time.Time, skew time.Duration) (uint64, topics.Reason, error) {
-	ms := recordTs.UnixMilli()
-	tsOK := ms >= 0 && ms <= math.MaxInt64/int64(time.Millisecond)
-	if !cmd.HasAt {
-		if !tsOK {
-			return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("no at_ns, and the record timestamp %d ms is no time in 0..2^63-1 ns", ms)
-		}
-		return uint64(ms) * uint64(time.Millisecond), "", nil
-	}
-	if cmd.AtNs > math.MaxInt64 {
-		return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("at_ns %d is above 2^63-1 ns, no time the processor holds", cmd.AtNs)
-	}
-	// Unsigned, so that a negative record timestamp cannot overflow.
-	ts := uint64(ms) * uint64(time.Millisecond)
-	if ms < 0 || (tsOK && cmd.AtNs > ts && cmd.AtNs-ts > uint64(skew)) {
-		return 0, topics.ReasonCommandFutureSkew, fmt.Errorf("at_ns %d is more than %v ahead of the record timestamp %d ms",
-			cmd.AtNs, skew, ms)
-	}
-	return cmd.AtNs, "", nil
 }
 
 // updateGate installs, for every user a command changed, the episodes the

@@ -195,11 +195,12 @@ type HandoverInfo struct {
 	Reflected int
 	Windows   int // late-leave windows recovered from every record read
 	// Where the time went, from the start of the restore: reading the
-	// changelog, decoding the headers and writing the table files,
-	// ingesting them, setting the gate; Took is all of it and the
-	// windows' recovery.
-	Read, Written, Ingested, Gated time.Duration
-	Took                           time.Duration
+	// changelog, reading the commands below From for the users who left
+	// (each must have a record), decoding the headers and writing the
+	// table files, ingesting them, setting the gate; Took is all of it and
+	// the windows' recovery.
+	Read, Checked, Written, Ingested, Gated time.Duration
+	Took                                    time.Duration
 }
 
 func (i HandoverInfo) String() string {
@@ -534,7 +535,7 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 			l.Info("empty owner: partition's users restored from the changelog", "partition", i.Partition,
 				"users", i.Users, "records", i.Records, "windows", i.Windows, "reflected", i.Reflected,
 				"commands_from", i.From, "read", i.Read.Round(time.Millisecond).String(),
-				"written", i.Written.Round(time.Millisecond).String(), "ingested", i.Ingested.Round(time.Millisecond).String(),
+				"leavers_checked", i.Checked.Round(time.Millisecond).String(), "written", i.Written.Round(time.Millisecond).String(), "ingested", i.Ingested.Round(time.Millisecond).String(),
 				"gated", i.Gated.Round(time.Millisecond).String(), "took", i.Took.Round(time.Millisecond).String())
 		},
 		Migrated: func(i MigratedInfo) {

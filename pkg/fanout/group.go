@@ -141,6 +141,17 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			c.inheritedMaxNs = m.eventNs
 			c.judgedBelow = m.judged
 		}
+		if len(mig.stale) > 0 && m.commandsParts != o.layout.partitions() {
+			// The count changed since this partition's metadata (or it
+			// has none): its users' signals were decided under the old
+			// count in whichever partitions their keys had then, so a
+			// late leave here may have let through a signal any of them
+			// decided (its window is then not exact).
+			if e := highestEventNs(seen); e > c.inheritedMaxNs {
+				c.maxEventNs.Store(e)
+				c.inheritedMaxNs = e
+			}
+		}
 		c.tails = mig.tailsOf(part, seen, ends)
 		if _, stale := mig.stale[part]; stale {
 			c.tailEnd = ends[part]
@@ -152,6 +163,16 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		start[part] = kgo.NoResetOffset().At(next)
 	}
 	return start
+}
+
+// highestEventNs is the highest event time any partition's metadata in seen
+// says was decided, -1 if none.
+func highestEventNs(seen map[int32]committedMeta) int64 {
+	out := int64(-1)
+	for _, m := range seen {
+		out = max(out, m.eventNs)
+	}
+	return out
 }
 
 // layoutClaim sets what c's offset metadata says of the layout (see
@@ -190,9 +211,9 @@ type committedMeta = offsetMeta
 // read under the old count, of users that the new count gives to other
 // partitions.
 type migration struct {
-	// stale holds the partitions whose commands below their judged
-	// offset were last read under another count, or (when a change is
-	// known) that committed no metadata at all: each new owner of a
+	// stale holds the partitions whose commands were last read under
+	// another count, or (when a change is known) that committed no
+	// metadata at all: each new owner of a
 	// partition re-publishes, before it forwards, the commands of its
 	// users that those still hold (migrate.go).
 	stale map[int32]struct{}
@@ -208,7 +229,11 @@ func (o *ownership) migration(seen map[int32]committedMeta) migration {
 	}
 	known := o.migrating
 	for part, m := range seen {
-		if m.commandsParts > 0 && m.commandsParts != n && m.judged > 0 {
+		// Read under another count, however far: commands it judged
+		// nothing of (applied, their records not committed yet when the
+		// count changed, or written while no instance ran) are as much
+		// another partition's now as those it judged.
+		if m.commandsParts > 0 && m.commandsParts != n {
 			mig.stale[part] = struct{}{}
 			known = true
 		}
@@ -225,16 +250,15 @@ func (o *ownership) migration(seen map[int32]committedMeta) migration {
 }
 
 // tailsOf lists the commands of the stale partitions other than part that
-// its new owner must re-publish before it forwards: each from its judged
-// offset (below it, the users' changelog records hold them) to its end
-// now. Should the owner replay instead of restoring, it reads them from 0.
+// its new owner must re-publish before it forwards: each from offset 0
+// to its end now (migrate.go says why from 0).
 func (mig migration) tailsOf(part int32, seen map[int32]committedMeta, ends map[int32]int64) []tail {
 	var out []tail
 	for p := range mig.stale {
 		if p == part {
 			continue
 		}
-		out = append(out, tail{partition: p, judged: seen[p].judged, end: ends[p]})
+		out = append(out, tail{partition: p, parts: seen[p].commandsParts, end: ends[p]})
 	}
 	slices.SortFunc(out, func(a, b tail) int { return int(a.partition - b.partition) })
 	return out

@@ -60,7 +60,13 @@ import (
 //     created again since);
 //   - every user's latest record has a restore header that decodes: a
 //     tombstone, a record written by an older version, or one trimmed to
-//     fit the topic (history_omitted) has none.
+//     fit the topic (history_omitted) has none;
+//   - every user with a leave below the judged offset has a record
+//     (checkLeavers): compaction removes a tombstone too, after
+//     delete.retention.ms, and then nothing in the changelog names the
+//     user, who must not be restored as one who never left. This reads
+//     the commands partition below the judged offset once more, after the
+//     changelog; only a leave is decoded.
 //
 // Until the restore is done the partition's applied offset stays at 0, so
 // its signals wait (fail closed); the state is imported, with the
@@ -155,6 +161,48 @@ func (p *restorePart) gate(g *gate.Map) error {
 	return nil
 }
 
+// leaveScanner lists the users who left in a commands partition: the
+// changelogReader. A windowSource that is none (a test's) is not checked.
+type leaveScanner interface {
+	leavers(ctx context.Context, q leaversRequest) ([]uint64, error)
+}
+
+// checkLeavers returns why the users refs (in user order, as latest
+// returns them) cannot be c's state: a user with a leave below the judged
+// offset that has no record among them. Such a leave was applied, so its
+// user had a record; a record that is gone was removed by compaction
+// after a tombstone (a record with the user's key and no value, which a
+// purge job or an operator wrote), or deleted. Restored without it, the
+// user would be one who never left. The commands are the source of
+// truth: the partition is replayed instead.
+func (a *restorer) checkLeavers(ctx context.Context, c *claim, refs []headerRef) (why, err error) {
+	sc, ok := a.rec.src.(leaveScanner)
+	if !ok {
+		return nil, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+	defer cancel()
+	users, err := sc.leavers(rctx, leaversRequest{topic: string(a.cfg.Topics.Commands), part: c.partition,
+		parts: a.layoutParts, below: c.judgedBelow, skew: a.cfg.MaxFutureSkew})
+	if err != nil {
+		return fmt.Errorf("unable to list the users who left below the judged offset %d: %w", c.judgedBelow, err), nil
+	}
+	unrecorded, i := 0, 0
+	for _, u := range users {
+		for i < len(refs) && refs[i].user < u {
+			i++
+		}
+		if i == len(refs) || refs[i].user != u {
+			unrecorded++
+		}
+	}
+	if unrecorded > 0 {
+		return fmt.Errorf("%d users who left (a leave below the judged offset %d) have no changelog record: "+
+			"removed by compaction after a tombstone, or deleted", unrecorded, c.judgedBelow), nil
+	}
+	return nil, nil
+}
+
 // restorer restores claims from the changelog for the commands side,
 // which owns it.
 type restorer struct {
@@ -232,6 +280,11 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		return fmt.Errorf("%d users' latest changelog records carry no restore header (written by an older "+
 			"version, trimmed to fit with history_omitted, or tombstones)", missing), nil
 	}
+	checking := time.Now()
+	if why, err := a.checkLeavers(ctx, c, refs); why != nil || err != nil {
+		return why, err
+	}
+	info.Checked = time.Since(checking)
 	// Decoding the headers and writing the tables is most of the work
 	// after the read: each of restoreWorkers goroutines does it for a
 	// range of users, into a part of the import of its own, joined
@@ -258,14 +311,14 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 			return fmt.Errorf("a user's restore header does not decode: %w", p.why), nil
 		}
 	}
-	info.Written = time.Since(start) - info.Read
+	info.Written = time.Since(start) - info.Read - info.Checked
 	if err := im.SetCheckpoint(string(a.cfg.Topics.Commands), c.partition, c.judgedBelow); err != nil {
 		return nil, err
 	}
 	if err := im.Commit(); err != nil {
 		return nil, fmt.Errorf("unable to store the users restored from the changelog: %w", err)
 	}
-	info.Ingested = time.Since(start) - info.Read - info.Written
+	info.Ingested = time.Since(start) - info.Read - info.Checked - info.Written
 	reflected := make(map[uint64]int64)
 	gated := 0
 	for i := range parts {
@@ -281,7 +334,7 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 			return nil, err
 		}
 	}
-	info.Gated = time.Since(start) - info.Read - info.Written - info.Ingested
+	info.Gated = time.Since(start) - info.Read - info.Checked - info.Written - info.Ingested
 	c.recovery.done = true
 	if err := a.rec.attachAll(view.windows, &c.recovery); err != nil {
 		return nil, err

@@ -23,13 +23,32 @@ import (
 //     command below the judged offset of the partition it was written to;
 //   - each partition's new owner reads, before it forwards, the commands
 //     of every other partition that were not read under m yet (a tail:
-//     from that partition's judged offset, or from 0 when the new owner
-//     replays instead of restoring, to its end when the partition was
-//     claimed) and re-publishes, acknowledged, the ones of its own users;
+//     from offset 0 to its end when the partition was claimed) and
+//     re-publishes, acknowledged, the ones of its own users;
 //   - its signals then wait for an observation of its commands sent after
 //     those copies were acknowledged, and for the commands below it
 //     applied (alignment.readyAfterNs): no signal of a user whose leave
 //     was in another partition is decided before the leave is applied.
+//
+// A tail is read from offset 0 even when the users were restored from the
+// changelog, which holds the commands below the judged offset already:
+// the copies are for a replay. A replay under m reads the user's
+// partition from offset 0, and meets there the commands produced under m
+// before the copies that its own owners of the old partitions re-publish
+// (rule C2) after them: a leave before the growth and a rejoin after it
+// would be replayed as a rejoin of an active user and then a leave. With
+// every command of the user copied before any command produced under m
+// is applied, the replay meets them in the order they were produced, as
+// the restored state does; the copies are duplicates for the restored
+// state (rule C5). The order is the one the user's commands were applied
+// in under the old count: those of the partition its key had then, where
+// a misrouted command was applied as its rule-C2 copy; the misrouted
+// original elsewhere is not copied. Two cases remain where a replay
+// meets a user's commands in another order than the live owner applied
+// them: a command produced under m before the copies are acknowledged,
+// and an original misrouted under n into the partition its user has
+// under m, which a replay reads where it lies, before the copies (nothing
+// in the log says that it was written under another count).
 //
 // The owner of the partition a command was found in re-publishes it too,
 // by rule C2, when it reads it: every copy after the first changes
@@ -53,15 +72,14 @@ type migrator struct {
 const migrateChunk = 1024
 
 // migrate re-publishes to c's partition every command of its users in
-// c's tails, each read from its judged offset (from 0 when c was not
-// restored from the changelog), and has c's signals wait for an
+// c's tails, each read from offset 0, and has c's signals wait for an
 // observation sent after the copies were acknowledged. It retries until
 // it succeeds or ctx ends: until then the partition's signals wait.
 func (m *migrator) migrate(ctx context.Context, c *claim, restored bool) error {
 	start := time.Now()
 	info := MigratedInfo{Partition: c.partition, Tails: len(c.tails), Restored: restored}
 	for attempt := 1; ; attempt++ {
-		read, copied, err := m.once(ctx, c, restored)
+		read, copied, err := m.once(ctx, c)
 		if err == nil {
 			info.Read, info.Republished = read, copied
 			break
@@ -87,18 +105,16 @@ func (m *migrator) migrate(ctx context.Context, c *claim, restored bool) error {
 
 // once reads c's tails and re-publishes the commands of c's users in
 // them, returning how many records it read and copied.
-func (m *migrator) once(ctx context.Context, c *claim, restored bool) (read, copied int, err error) {
+func (m *migrator) once(ctx context.Context, c *claim) (read, copied int, err error) {
 	from := make(map[int32]kgo.Offset)
 	want := make(map[int32]int64)
+	under := make(map[int32]int32) // a tail's count its commands were read under, 0 if unknown
 	var parts []int32
 	for _, t := range c.tails {
-		lo := t.judged
-		if !restored {
-			lo = 0
-		}
-		if t.end > lo {
-			from[t.partition] = kgo.NewOffset().At(lo)
+		if t.end > 0 {
+			from[t.partition] = kgo.NewOffset().At(0)
 			want[t.partition] = t.end
+			under[t.partition] = t.parts
 			parts = append(parts, t.partition)
 		}
 	}
@@ -156,7 +172,16 @@ func (m *migrator) once(ctx context.Context, c *claim, restored bool) (read, cop
 			if _, err := topics.ParseUserID(r.Key); err != nil || m.kp.of(r.Key, m.partitions) != c.partition {
 				return // not a command of this partition's users: its own owner settles it
 			}
-			pending = append(pending, republishRecord(r, c.partition))
+			if k := under[r.Partition]; k > 0 && m.kp.of(r.Key, k) != r.Partition {
+				// Misrouted under the count its partition was read
+				// under: it was applied, in order, as the copy rule C2
+				// put in its user's partition then, which is copied from
+				// there; copied from here too, it could land before the
+				// commands before it. Not re-published yet, its
+				// partition's owner re-publishes it now (rule C2).
+				return
+			}
+			pending = append(pending, republishCommand(r, c.partition))
 		})
 		if len(pending) >= migrateChunk {
 			if err := flush(); err != nil {

@@ -284,7 +284,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	for {
 		err := p.runOnce(ctx)
 		if ctx.Err() != nil {
-			return err
+			return stoppedWith(err)
 		}
 		var topo *TopologyChangedError
 		var mismatch *PartitionMismatchError
@@ -308,6 +308,16 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.joined.Store(false)
 		p.outbox.reset()
 	}
+}
+
+// stoppedWith is Run's result for a run that ended while Run's context
+// was done: a topology change met while stopping is not an error, since no
+// run was to follow it anyway; any other error is returned.
+func stoppedWith(err error) error {
+	if _, ok := errors.AsType[*TopologyChangedError](err); ok {
+		return nil
+	}
+	return err
 }
 
 // waitTopicsAgree waits until the inputs are co-partitioned with the

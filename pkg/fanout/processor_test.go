@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -346,6 +347,22 @@ func TestJoinWhileRestoring(t *testing.T) {
 		})
 		if forwarded {
 			return
+		}
+	}
+}
+
+// TestStoppedWith: a run that a topology change ended while Run was
+// being stopped is a clean stop (a stop right after a changelog growth
+// returned "the topics changed under the running processor"); any other
+// error is still Run's.
+func TestStoppedWith(t *testing.T) {
+	topo := fmt.Errorf("run: %w", &TopologyChangedError{Changes: []string{"changelog partitions 2 → 4"}})
+	other := errors.New("store failed")
+	for _, tc := range []struct {
+		err, want error
+	}{{nil, nil}, {topo, nil}, {other, other}} {
+		if got := stoppedWith(tc.err); got != tc.want {
+			t.Errorf("stoppedWith(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

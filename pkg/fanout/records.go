@@ -1,7 +1,10 @@
 package fanout
 
 import (
+	"fmt"
+	"math"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -65,6 +68,59 @@ func republishRecord(r *kgo.Record, want int32) *kgo.Record {
 	}
 	pin(out, want)
 	return out
+}
+
+// republishCommand is republishRecord for a command: one without at_ns is
+// re-published with its boundary, the original's record timestamp,
+// written into at_ns. A copy's own timestamp is the original's only where
+// the topic keeps the producer's: a topic with
+// message.timestamp.type=LogAppendTime stamps each copy when the broker
+// appends it, and two copies of one command (the outbox producing a copy
+// again after a crash, or a migration's and rule C2's copies) would be two
+// commands with two boundaries and two identities (rule C5): the second
+// copy of a rejoin could close a leave that came after the first. With
+// at_ns pinned, every copy has the original's identity, whatever its
+// timestamp. Elsewhere the boundary is the same number either way. A value
+// that is no command, or whose boundary rule C4 refuses, is copied
+// unchanged, for its own partition to dead-letter.
+func republishCommand(r *kgo.Record, want int32) *kgo.Record {
+	out := republishRecord(r, want)
+	cmd, err := topics.DecodeCommand(r.Key, r.Value)
+	ms := r.Timestamp.UnixMilli()
+	if err != nil || cmd.HasAt || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return out
+	}
+	cmd.HasAt, cmd.AtNs = true, uint64(ms)*uint64(time.Millisecond)
+	out.Value = topics.AppendCommand(nil, cmd)
+	return out
+}
+
+// boundary returns a command's boundary: its at_ns, or its record
+// timestamp when it has none (rule C4). A boundary that is no time the
+// processor can hold (above 2^63-1 ns, or a record timestamp that is
+// negative or beyond 2^63-1 ns) is refused with command_at_out_of_range;
+// one more than skew ahead of the record's own timestamp with
+// command_future_skew. Both checks read only the record, so a replay
+// decides the same.
+func boundary(cmd topics.Command, recordTs time.Time, skew time.Duration) (uint64, topics.Reason, error) {
+	ms := recordTs.UnixMilli()
+	tsOK := ms >= 0 && ms <= math.MaxInt64/int64(time.Millisecond)
+	if !cmd.HasAt {
+		if !tsOK {
+			return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("no at_ns, and the record timestamp %d ms is no time in 0..2^63-1 ns", ms)
+		}
+		return uint64(ms) * uint64(time.Millisecond), "", nil
+	}
+	if cmd.AtNs > math.MaxInt64 {
+		return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("at_ns %d is above 2^63-1 ns, no time the processor holds", cmd.AtNs)
+	}
+	// Unsigned, so that a negative record timestamp cannot overflow.
+	ts := uint64(ms) * uint64(time.Millisecond)
+	if ms < 0 || (tsOK && cmd.AtNs > ts && cmd.AtNs-ts > uint64(skew)) {
+		return 0, topics.ReasonCommandFutureSkew, fmt.Errorf("at_ns %d is more than %v ahead of the record timestamp %d ms",
+			cmd.AtNs, skew, ms)
+	}
+	return cmd.AtNs, "", nil
 }
 
 // headerValue returns the value of r's header key, or "".

@@ -373,6 +373,89 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 	return v, nil
 }
 
+// leaversRequest is what leavers is asked: the users of commands
+// partition part (of parts partitions, the count now) who have a leave
+// below offset below that rules C1 to C4 let through (skew is
+// Config.MaxFutureSkew).
+type leaversRequest struct {
+	topic string
+	part  int32
+	parts int32
+	below int64
+	skew  time.Duration
+}
+
+// leavers reads commands partition q.part, read_committed, from its start
+// to q.below and returns, ascending and each once, the users of the
+// partition with a leave there that rules C1 to C4 let through: each was
+// applied, so each user has a changelog record of its own (handover.go).
+// A partition that starts above offset 0 (its retention was not
+// infinite, as it must be) is read from its start: the leaves it no
+// longer holds are not listed, and a replay would not see them either.
+func (cr *changelogReader) leavers(ctx context.Context, q leaversRequest) ([]uint64, error) {
+	starts, err := cr.adm.ListStartOffsets(ctx, q.topic)
+	if err != nil {
+		return nil, fmt.Errorf("listing the commands' start offsets: %w", err)
+	}
+	s, ok := starts.Lookup(q.topic, q.part)
+	if !ok || s.Err != nil {
+		return nil, fmt.Errorf("no start offset for commands partition %d: %v", q.part, s.Err)
+	}
+	if s.Offset >= q.below {
+		return nil, nil
+	}
+	cl := cr.cl
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{q.topic: {q.part: kgo.NewOffset().At(s.Offset)}})
+	defer cl.RemoveConsumePartitions(map[string][]int32{q.topic: {q.part}})
+	var users []uint64
+	leave, escape := []byte("leave"), []byte(`\`)
+	for done := false; !done; {
+		pctx, cancel := context.WithTimeout(ctx, changelogWaitReport)
+		fetches := cl.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("reading commands partition %d below offset %d: %w", q.part, q.below, err)
+		}
+		var fetchErr error
+		fetches.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				fetchErr = err
+			}
+		})
+		if fetchErr != nil {
+			return nil, fmt.Errorf("reading commands partition %d: %w", q.part, fetchErr)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Topic != q.topic || r.Partition != q.part || r.Offset >= q.below {
+				done = done || (r.Topic == q.topic && r.Partition == q.part)
+				return
+			}
+			if r.Offset+1 >= q.below {
+				done = true
+			}
+			// Only a value that names a leave is decoded: "leave", or
+			// an escape that could spell it.
+			if r.Attrs.IsControl() || (!bytes.Contains(r.Value, leave) && !bytes.Contains(r.Value, escape)) {
+				return
+			}
+			user, err := topics.ParseUserID(r.Key)
+			if err != nil || cr.kp.of(r.Key, q.parts) != q.part {
+				return // C1, C2: not applied here
+			}
+			cmd, err := topics.DecodeCommand(r.Key, r.Value)
+			if err != nil || cmd.Op != topics.Leave {
+				return // C3
+			}
+			if _, _, err := boundary(cmd, r.Timestamp, q.skew); err != nil {
+				return // C4
+			}
+			users = append(users, user)
+		})
+	}
+	slices.Sort(users)
+	return slices.Compact(users), nil
+}
+
 // changelogWaitReport is how long a changelog read goes without a record
 // before it says what it waits for.
 const changelogWaitReport = 10 * time.Second
