@@ -123,10 +123,15 @@ promtool:
 	promtool test rules deploy/prometheus/alerts_test.yml
 
 # The chaos harness (cmd/chaos, see its package comment): the processor
-# binary under kill -9, scale 1 → 3 → 1, SIGSTOP past the session timeout
-# and a wiped store, plus control runs that must show the damage their
-# names promise, each judged by integration/oracle; a table, and a non-zero
-# exit on damage. The load is the friendly one plus the hostile mix
+# binary under kill -9, scale 1 → 3 → 1, SIGSTOP past the session timeout,
+# a wiped store, the topics grown from --partitions to twice as many under
+# the load (repartition) and the commands topic deleted and created again
+# (recreate), plus control runs that must show the damage their names
+# promise, each judged by integration/oracle; a table, and a non-zero exit
+# on damage. (repartition finds known leaks of the processor, README
+# "Growing the topics", in some runs; it grows the commands before the
+# inputs, as the README tells operators to, and CHAOS_FLAGS=
+# --grow-inputs-first grows the inputs first, which avoids one of them.) The load is the friendly one plus the hostile mix
 # (integration/workload: misrouted, transactional, re-delivered, late,
 # same-millisecond, future and poison records): CHAOS_SCENES scenes of it
 # per scenario, 16 in chaos-short and 64 in chaos unless set. It runs against CHAOS_BROKERS (default KAFKA_BROKERS: start

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -92,5 +93,83 @@ func TestKillScenarioEndToEnd(t *testing.T) {
 	}
 	if took > 60*time.Second {
 		t.Errorf("the tiny scenario took %v, more than a minute", took)
+	}
+}
+
+// TestRecreateScenarioEndToEnd runs a tiny recreate scenario of the
+// friendly load against the in-process broker: the commands topic deleted
+// and created again while the processors are stopped, a start over an old
+// data dir refused, then every processor started with an empty data dir.
+// The oracle must find every expected signal once and nothing else,
+// recreate's signals of fresh users included.
+func TestRecreateScenarioEndToEnd(t *testing.T) {
+	topicScenarioEndToEnd(t, "recreate", "refused, exit status", "empty data directory")
+}
+
+// TestRepartitionScenarioEndToEnd runs a tiny repartition scenario (the
+// inputs grown before the commands). It finds a leak of the processor
+// not fixed yet (README, "Growing the topics", the third known leak):
+// with a race-built harness and processor, seed 1, in four runs of five
+// here, users 184, 233 and 87 left before the growth and their signals
+// were forwarded after it. It runs only with CHAOS_KNOWN_LEAKS=1, for
+// whoever fixes it.
+func TestRepartitionScenarioEndToEnd(t *testing.T) {
+	if os.Getenv("CHAOS_KNOWN_LEAKS") == "" {
+		t.Skip("finds a known leak of the processor (README, \"Growing the topics\"); CHAOS_KNOWN_LEAKS=1 runs it")
+	}
+	topicScenarioEndToEnd(t, "repartition", "grow ", "every processor not ready")
+}
+
+// topicScenarioEndToEnd builds the processor with the race detector and
+// runs one tiny scenario of the friendly load on the in-process broker,
+// 2 partitions (4 once grown); its row must show no damage, and the log
+// must hold each of logs.
+func topicScenarioEndToEnd(t *testing.T, name string, logs ...string) {
+	if testing.Short() {
+		t.Skip("builds the processor and runs it for about a minute")
+	}
+	bin := filepath.Join(t.TempDir(), "processor")
+	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancelBuild()
+	if out, err := exec.CommandContext(buildCtx, "go", "build", "-race", "-o", bin, "../processor").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, log lockedBuffer
+	err := run(ctx, []string{
+		"--processor", bin,
+		"--scenarios", name,
+		"--grow-inputs-first",
+		"--signals", "3000", "--users", "300",
+		"--leave-pct", "10", "--rejoin-pct", "3",
+		"--partitions", "2",
+		"--timeout", "100s",
+		"--verify-grace", "5s",
+		"--hostile=false",
+		"--work-dir", t.TempDir(),
+	}, &out, &log)
+	t.Logf("%s", out.String())
+	if err != nil {
+		t.Fatalf("chaos: %v\nlog:\n%s", err, log.String())
+	}
+	table := out.String()
+	if !strings.Contains(table, "chaos: PASS: 1 scenarios") {
+		t.Fatalf("no PASS line:\n%s\nlog:\n%s", table, log.String())
+	}
+	for _, want := range logs {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, log.String())
+		}
+	}
+	var row []string
+	for _, line := range strings.Split(table, "\n") {
+		if f := strings.Fields(line); len(f) == 12 && f[0] == name {
+			row = f
+		}
+	}
+	// scenario signals_in forwarded expected duplicates lost leaked late hanging dlq seconds stall
+	if row == nil || row[2] != row[3] || row[3] == "0" || row[4] != "0" || row[5] != "0" || row[6] != "0" || row[8] != "0" {
+		t.Errorf("%s row %q", name, row)
 	}
 }

@@ -48,6 +48,11 @@ func TestVerdict(t *testing.T) {
 		{"control-no-window-recovery", result{sc: find("control-no-window-recovery"), rep: oracle.Report{MissingWindows: 1, Leaked: 3}}, true, "control ok"},
 		{"control-no-window-recovery, leaks only", result{sc: find("control-no-window-recovery"), rep: oracle.Report{Leaked: 3}}, false, "did not show"},
 		{"control-skip-commands", result{sc: find("control-skip-commands"), rep: oracle.Report{Leaked: 1}}, true, "control ok"},
+		{"repartition with a leak it knows of", result{sc: find("repartition"), rep: oracle.Report{Leaked: 2}, known: "known leak of the processor: x"},
+			false, "2 leaked; known leak of the processor: x"},
+		{"recreate with a lost signal", result{sc: find("recreate"), rep: oracle.Report{Lost: 1}}, false, "1 lost"},
+		{"control-ignore-topology leaks", result{sc: find("control-ignore-topology"), rep: oracle.Report{Leaked: 7}}, true, "control ok"},
+		{"control-ignore-topology, duplicates only", result{sc: find("control-ignore-topology"), rep: oracle.Report{Duplicates: 1}}, false, "did not show"},
 		{"control-no-sync without damage", result{sc: find("control-no-sync")}, true, "as explained"},
 		{"control-no-sync with damage", result{sc: find("control-no-sync"), rep: oracle.Report{Lost: 1}}, true, "informational"},
 	} {
@@ -88,6 +93,34 @@ func TestScenarios(t *testing.T) {
 		if !slices.Contains(sc.flags, want.flag) || h.Scenes < 1 || h.Shares.String() != string(want.kind)+"=1" || h.Grace != o.hostile.Grace {
 			t.Errorf("%s: flags %v, mix %+v; want %s and only %s scenes", name, sc.flags, h, want.flag, want.kind)
 		}
+	}
+}
+
+// TestGrowingScenarios: repartition and its control grow the topics (the
+// load's producers refresh their metadata, the hostile mix routes by the
+// harness's counts); only the control runs with --unsafe-ignore-topology.
+func TestGrowingScenarios(t *testing.T) {
+	for name, unsafe := range map[string]bool{"repartition": false, "control-ignore-topology": true} {
+		sc, ok := findScenario(name)
+		if !ok {
+			t.Fatalf("no scenario %s", name)
+		}
+		if !sc.grows || slices.Contains(sc.flags, "--unsafe-ignore-topology") != unsafe || (sc.control != "") != unsafe {
+			t.Errorf("%s: grows %v, flags %v, control %q", name, sc.grows, sc.flags, sc.control)
+		}
+	}
+	if sc, _ := findScenario("recreate"); sc.grows || sc.control != "" || len(sc.flags) > 0 || sc.instances < 2 {
+		t.Errorf("recreate: %+v", sc)
+	}
+	t0 := time.Date(2026, 12, 6, 20, 0, 0, 0, time.UTC)
+	both := knownGrowthLeak(true, t0, t0.Add(1500*time.Millisecond), 200*time.Millisecond)
+	one := knownGrowthLeak(false, t0, t0.Add(time.Second), 200*time.Millisecond)
+	if !strings.Contains(both, "20:00:00.000") || !strings.Contains(both, "20:00:01.500") || !strings.Contains(both, "(2) a partition beyond") ||
+		strings.Contains(one, "(1)") || !strings.Contains(one, "a partition beyond") {
+		t.Errorf("known leaks: commands first %q; inputs first %q", both, one)
+	}
+	if n := grownPartitions(&options{partitions: 6}); n != 12 {
+		t.Errorf("grownPartitions(6) = %d, want 12", n)
 	}
 }
 

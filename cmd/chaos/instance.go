@@ -328,6 +328,19 @@ func (in *instance) wipe() error {
 	return nil
 }
 
+// empty deletes the instance's whole data dir (store, instance id, API
+// token, gate snapshot), as an operator does who starts it with an empty
+// data directory. The instance must not be running.
+func (in *instance) empty() error {
+	if in.running() {
+		return fmt.Errorf("%s: emptying its data dir while running", in.name)
+	}
+	if err := os.RemoveAll(in.dir); err != nil {
+		return fmt.Errorf("%s: emptying its data dir: %w", in.name, err)
+	}
+	return nil
+}
+
 // dumpGoroutines asks a running process for its goroutines (SIGQUIT: the
 // Go runtime writes them to stderr, the log, and exits), for the post
 // mortem of a scenario that got stuck.

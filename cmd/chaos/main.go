@@ -1,7 +1,9 @@
 // Command chaos is cohortgate's chaos harness: it runs the processor binary
 // as child processes against a Kafka broker, abuses them (kill -9, scale
-// out and in, SIGSTOP past the session timeout, a wiped store) while a
-// seeded load is produced, and then judges the five topics with an oracle
+// out and in, SIGSTOP past the session timeout, a wiped store, the topics
+// grown under them, the commands topic deleted and created again: see
+// grow.go and recreate.go) while a seeded load is produced, and then
+// judges the five topics with an oracle
 // that shares no code with the processor (integration/oracle). The load
 // (integration/workload) is the friendly one plus, by default, the hostile
 // mix (--hostile): misrouted, transactional, re-delivered, late,
@@ -125,7 +127,8 @@ type options struct {
 	keep           bool
 	workDir        string
 	partitions     int
-	routes         int // gated paths per scenario; every signal goes to each
+	routes         int  // gated paths per scenario; every signal goes to each
+	inputsFirst    bool // repartition grows the inputs before the commands
 	sessionTimeout time.Duration
 	grace          time.Duration
 	maxFutureSkew  time.Duration
@@ -171,6 +174,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.workDir, "work-dir", "", "where data dirs and logs go; empty: a new temporary directory")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
 	fs.IntVar(&o.routes, "routes", 1, "gated paths (--route IN=OUT) of the processors; every signal is written to each input, and the oracle judges each output")
+	fs.BoolVar(&o.inputsFirst, "grow-inputs-first", false, "repartition and its control grow every input before the commands topic, not after it (README, \"Growing the topics\")")
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "the processors' --session-timeout (Kafka's minimum is 6s)")
 	fs.DurationVar(&o.grace, "grace", 200*time.Millisecond, "the processors' --grace")
 	fs.DurationVar(&o.maxFutureSkew, "max-future-skew", 5*time.Second, "the processors' --max-future-skew")

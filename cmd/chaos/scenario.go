@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/integration/oracle"
 	"github.com/cohortgate/cohortgate/integration/workload"
@@ -49,6 +50,11 @@ type scenario struct {
 	// alone: the scenario runs only when asked for, and by itself (the
 	// soak, which sets the load's size and rate).
 	alone bool
+	// grows: the scenario grows the topics under the load (grow.go). Its
+	// load's producers refresh their metadata every second, as
+	// producers that learn of new partitions soon do, and the hostile
+	// mix routes by the counts the harness has told it.
+	grows bool
 }
 
 var scenarios = []scenario{
@@ -76,6 +82,16 @@ var scenarios = []scenario{
 		name: "reroute", instances: 2,
 		span: fixedSpan(45 * time.Second),
 		act:  (*scenarioRun).reroute,
+	},
+	{
+		name: "repartition", instances: 2, grows: true,
+		span: fixedSpan(40 * time.Second),
+		act:  func(r *scenarioRun, ctx context.Context) error { return r.repartition(ctx, false) },
+	},
+	{
+		name: "recreate", instances: 2,
+		span: fixedSpan(20 * time.Second),
+		act:  (*scenarioRun).recreate,
 	},
 	{
 		name: soakName, instances: 1, alone: true,
@@ -130,6 +146,15 @@ var scenarios = []scenario{
 		span:  fixedSpan(30 * time.Second),
 		act:   (*scenarioRun).noWindowRecovery,
 	},
+	{
+		name: "control-ignore-topology", instances: 2, grows: true,
+		control: "leaked: processors that ignore the topics' growth (--unsafe-ignore-topology) read no leave produced " +
+			"to the new commands partitions while the inputs have not grown, and forward their users' signals",
+		shows: func(r oracle.Report) int { return r.Leaked },
+		flags: []string{"--unsafe-ignore-topology"},
+		span:  fixedSpan(30 * time.Second),
+		act:   func(r *scenarioRun, ctx context.Context) error { return r.repartition(ctx, true) },
+	},
 }
 
 // ownMix is a scenario's own hostile mix: scenes of the given shares, with
@@ -170,6 +195,28 @@ type scenarioRun struct {
 	meter    stallMeter       // forward progress, as the output's reader sees it
 
 	soakRes *soakResult // the soak's samples; nil in other scenarios
+
+	clients atomic.Pointer[workload.Clients] // the load's, once made
+	// parts is the partition count of the commands and the inputs, which
+	// settle wants owned; routing is what the hostile mix routes the
+	// commands ([0]) and the inputs ([1]) by. Both grow in grows
+	// scenarios.
+	parts   atomic.Int32
+	routing [2]atomic.Int32
+	// grown says how the topics grew, for the oracle (set by the act
+	// before it grows the first one): the counts the commands and inputs
+	// had before, and whether the changelog grew.
+	grown struct {
+		earlier   []int32
+		changelog bool
+	}
+	// extraSignals are the signals the act produced itself, beyond the
+	// load's, each to every input (recreate.go).
+	extraSignals atomic.Int64
+	// known is what the act knows of the damage it may find (result.known).
+	known string
+	// grownAt is when the broker last accepted a growth of a topic (grow.go).
+	grownAt time.Time
 
 	mu struct {
 		sync.Mutex
@@ -224,6 +271,7 @@ func (h *harness) run(parent context.Context, sc scenario) result {
 		}
 	}
 	res.findings = r.findings()
+	res.known = r.known
 	if r.soakRes != nil {
 		h.finishSoak(r, r.soakRes)
 		res.soak = r.soakRes
@@ -295,6 +343,10 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	if err := workload.CreateTopics(ctx, r.h.adm, r.set, int32(o.partitions), r.h.replication()); err != nil {
 		return oracle.Report{}, err
 	}
+	r.parts.Store(int32(o.partitions))
+	for i := range r.routing {
+		r.routing[i].Store(int32(o.partitions))
+	}
 	rate := o.rate
 	if rate == 0 {
 		span := max(r.sc.span(o), time.Duration(float64(o.signals)/10000*float64(time.Second)))
@@ -304,10 +356,19 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	if r.sc.mix != nil {
 		hostile = r.sc.mix(hostile)
 	}
-	plan, err := workload.NewPlan(workload.Config{
+	wc := workload.Config{
 		Seed: o.seed, Users: o.users, Signals: o.signals, ValueSize: o.valueSize,
 		LeavePct: o.leavePct, RejoinPct: o.rejoinPct, Rate: rate, Partitions: o.partitions, Hostile: hostile,
-	})
+	}
+	if r.sc.grows {
+		wc.Routing = func(commands bool) int32 {
+			if commands {
+				return r.routing[0].Load()
+			}
+			return r.routing[1].Load()
+		}
+	}
+	plan, err := workload.NewPlan(wc)
 	if err != nil {
 		return oracle.Report{}, err
 	}
@@ -372,7 +433,8 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	}
 
 	r.logf("verifying")
-	vo := &oracle.Options{Grace: o.verifyGrace, MaxFutureSkew: o.maxFutureSkew}
+	vo := &oracle.Options{Grace: o.verifyGrace, MaxFutureSkew: o.maxFutureSkew,
+		Earlier: r.grown.earlier, ChangelogGrew: r.grown.changelog}
 	if r.sc.name == soakName {
 		vo.ReadTimeout = soakJudgeSpan(o.soakDuration) // each topic of an hour's load: up to ~900M records
 		// The oracle's table is a few GiB that live to the end: collect
@@ -384,9 +446,10 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 		return rep, err
 	}
 	r.logf("oracle: %d signals judged in %v; this process's peak RSS %s", rep.SignalsIn, rep.Took.Round(time.Second), peakRSS())
-	if want := load.final.SignalIDs() * len(r.set.Inputs()); rep.SignalsIn != want {
-		return rep, fmt.Errorf("the inputs hold %d signals, the load produced %d (%d to each of %d inputs)",
-			rep.SignalsIn, want, load.final.SignalIDs(), len(r.set.Inputs()))
+	extra := int(r.extraSignals.Load())
+	if want := (load.final.SignalIDs() + extra) * len(r.set.Inputs()); rep.SignalsIn != want {
+		return rep, fmt.Errorf("the inputs hold %d signals, the load and the chaos produced %d (%d and %d to each of %d inputs)",
+			rep.SignalsIn, want, load.final.SignalIDs(), extra, len(r.set.Inputs()))
 	}
 	r.notice(rep)
 	return rep, nil
@@ -456,12 +519,18 @@ func (r *scenarioRun) produce(ctx context.Context, plan *workload.Plan) {
 	r.produceD = make(chan struct{})
 	go func() {
 		defer close(r.produceD)
-		c, err := workload.NewClients(r.h.brokers, len(plan.Scenes) > 0, r.group+"-load")
+		var opts []kgo.Opt
+		if r.sc.grows {
+			opts = append(opts, kgo.MetadataMinAge(100*time.Millisecond), kgo.MetadataMaxAge(time.Second))
+		}
+		c, err := workload.NewClients(r.h.brokers, len(plan.Scenes) > 0, r.group+"-load", opts...)
 		if err != nil {
 			r.produceC <- produceDone{err: err}
 			return
 		}
 		defer c.Close()
+		r.clients.Store(c)
+		defer r.clients.Store(nil)
 		var last time.Time
 		final, err := workload.Produce(ctx, c, r.set, plan, func(p workload.Progress) {
 			r.produced.Store(int64(p.Signals))
@@ -563,10 +632,11 @@ func (r *scenarioRun) settle(ctx context.Context, d time.Duration) error {
 		if answering == 0 {
 			return errors.New("no processor running")
 		}
-		if len(owner) != r.h.o.partitions {
-			return fmt.Errorf("%d of %d partitions owned: %v", len(owner), r.h.o.partitions, owner)
+		parts := int(r.parts.Load())
+		if len(owner) != parts {
+			return fmt.Errorf("%d of %d partitions owned: %v", len(owner), parts, owner)
 		}
-		if len(idle) > 0 && answering <= r.h.o.partitions {
+		if len(idle) > 0 && answering <= parts {
 			return fmt.Errorf("%s own no partition yet", strings.Join(idle, ", "))
 		}
 		return nil

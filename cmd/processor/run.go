@@ -56,6 +56,7 @@ type runOptions struct {
 	unsafeLSO      bool
 	unsafeNoWindow bool
 	unsafeNoIDs    bool
+	unsafeNoTopo   bool
 	handoverReplay bool
 	logLevel       string
 	logFormat      string
@@ -181,6 +182,7 @@ func defineRun(f *flags, o *runOptions, embedded bool) {
 	f.BoolVar(&o.unsafeLSO, "unsafe-observe-lso", false, "UNSAFE, for chaos control runs only: align signals with the commands' last stable offset, so a transaction left open lets them through")
 	f.BoolVar(&o.unsafeNoWindow, "unsafe-no-window-recovery", false, "UNSAFE, for chaos control runs only: do not recover earlier owners' late-leave windows from the changelog")
 	f.BoolVar(&o.unsafeNoIDs, "unsafe-restore-without-identities", false, "UNSAFE, for chaos control runs only: restore an empty owner's users from the changelog without their command identities, so that a command delivered again is applied as new")
+	f.BoolVar(&o.unsafeNoTopo, "unsafe-ignore-topology", false, "UNSAFE, for chaos control runs only: go on under the partition counts found at start when the topics grow, so commands in new partitions are read by nobody")
 	f.BoolVar(&o.handoverReplay, "handover-replay", false, "on a partition this instance has no state for, replay its commands from offset 0 instead of restoring its users from the changelog (slower; for comparisons)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -343,11 +345,11 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 			"addr", strings.Join(brokers, ","), "log_dir", dir)
 	}
 
-	if o.unsafeNoSync || o.unsafeSkipCmds || o.unsafeLSO || o.unsafeNoWindow || o.unsafeNoIDs {
+	if o.unsafeNoSync || o.unsafeSkipCmds || o.unsafeLSO || o.unsafeNoWindow || o.unsafeNoIDs || o.unsafeNoTopo {
 		log.Warn("UNSAFE flags set: this processor may lose state or leak signals; for chaos control runs only",
 			"unsafe_no_sync", o.unsafeNoSync, "unsafe_skip_commands", o.unsafeSkipCmds,
 			"unsafe_observe_lso", o.unsafeLSO, "unsafe_no_window_recovery", o.unsafeNoWindow,
-			"unsafe_restore_without_identities", o.unsafeNoIDs)
+			"unsafe_restore_without_identities", o.unsafeNoIDs, "unsafe_ignore_topology", o.unsafeNoTopo)
 	}
 	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log, NoSync: o.unsafeNoSync})
 	if err != nil {
@@ -394,6 +396,7 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		UnsafeObserveLSO:               o.unsafeLSO,
 		UnsafeNoWindowRecovery:         o.unsafeNoWindow,
 		UnsafeRestoreWithoutIdentities: o.unsafeNoIDs,
+		UnsafeIgnoreTopology:           o.unsafeNoTopo,
 		HandoverReplay:                 o.handoverReplay,
 		// Written at a clean stop, so that the next start loads the gate
 		// instead of scanning the store, which takes minutes at 100M members.

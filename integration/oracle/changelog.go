@@ -40,6 +40,14 @@ type changelogRecord struct {
 	history []episode
 	windows []window
 	command string
+	// order is where the record's command stands among its user's
+	// commands: the commands topic's partition count when it was
+	// applied, then its offset (README, "Record formats"); ok is false
+	// when the record names no command.
+	order struct {
+		partitions, offset uint64
+		ok                 bool
+	}
 }
 
 // episodes returns the record's episodes as member.episodes does: closed
@@ -73,14 +81,15 @@ type (
 		Exact              *bool       `json:"exact"`
 	}
 	wireCommand struct {
-		Op        string      `json:"op"`
-		AtNs      json.Number `json:"at_ns"`
-		Topic     string      `json:"topic"`
-		Partition json.Number `json:"partition"`
-		Offset    json.Number `json:"offset"`
-		RequestID string      `json:"request_id"`
-		Changed   bool        `json:"changed"`
-		Duplicate bool        `json:"duplicate"`
+		Op         string      `json:"op"`
+		AtNs       json.Number `json:"at_ns"`
+		Topic      string      `json:"topic"`
+		Partitions json.Number `json:"partitions"`
+		Partition  json.Number `json:"partition"`
+		Offset     json.Number `json:"offset"`
+		RequestID  string      `json:"request_id"`
+		Changed    bool        `json:"changed"`
+		Duplicate  bool        `json:"duplicate"`
 	}
 )
 
@@ -141,6 +150,10 @@ func decodeChangelog(value []byte) (changelogRecord, error) {
 	}
 	if w.Command != nil {
 		c.command = w.Command.Topic + "/" + string(w.Command.Partition) + "/" + string(w.Command.Offset)
+		c.order.offset, c.order.ok = num(w.Command.Offset, "command offset"), true
+		if w.Command.Partitions != "" { // absent in records of older versions: ordered first
+			c.order.partitions = num(w.Command.Partitions, "command partitions")
+		}
 	}
 	if err != nil {
 		return changelogRecord{}, err

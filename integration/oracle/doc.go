@@ -38,6 +38,12 @@
 // nothing). A signal is identified by key, value and timestamp, which the
 // cohort topic keeps.
 //
+// When the topics grew during the run (Config.Earlier), a record in its
+// key's partition under an earlier count only was routed right when it
+// was written: it is judged at its re-published copy if there is one, else
+// where it is; a grown changelog (Config.ChangelogGrew) orders a user's
+// records by their command's partition count, then offset.
+//
 // With several routes (Topics.Routes), each input's signals are judged
 // against its own output by the same rules, the same final episodes and
 // the same changelog: one leave gates every route, and a late-leave window

@@ -30,6 +30,24 @@ type Config struct {
 	// Partitions of the commands topic and of every input (they are
 	// equal): rules C2 and S2 route by murmur2 modulo this.
 	Partitions int32
+	// Earlier are the partition counts the commands and the inputs had
+	// before they grew to Partitions during the run (README, "Growing
+	// the topics"). A record in its key's partition under an earlier
+	// count was routed right for the layout it was written under: a
+	// processor judged it there under that count, or, running under a
+	// later one, as misrouted (C2, S2). A signal is judged at its
+	// re-published copy when one exists, else where it is. A command
+	// too, unless a changelog record of its user follows it where it is
+	// (the processor applied it there, and its copies changed nothing
+	// after it, rule C5). A misrouted record's copy may be in its key's
+	// partition under any of the counts. Empty: the counts never
+	// changed.
+	Earlier []int32
+	// ChangelogGrew says the changelog's partition count grew during
+	// the run: a user's records may be in several of its partitions, and
+	// are ordered by their commands' partition count, then offset
+	// (README, "Record formats").
+	ChangelogGrew bool
 	// MaxFutureSkew is the processors' --max-future-skew (rule C4).
 	// Default DefaultMaxFutureSkew.
 	MaxFutureSkew time.Duration
@@ -54,6 +72,7 @@ type Judge struct {
 	paths     []*path                // one per route, Config.Topics.routes() order
 	sigExpect []deadLetter           // signals the rules dead-letter
 	sigRoute  []misrouted            // signals found outside their key's partition
+	sigMoved  []movedSignal          // signals in their key's partition under an earlier count only
 	copies    map[copyKey][]int32    // partitions where re-published copies were found, by where they came from
 	dlq       map[source][]dlqRecord // DLQ records by the source they name
 	dlqCount  int
@@ -86,7 +105,7 @@ var (
 
 // NewJudge returns a Judge for a run described by cfg.
 func NewJudge(cfg Config) (*Judge, error) {
-	if cfg.Partitions < 1 {
+	if cfg.Partitions < 1 || slices.ContainsFunc(cfg.Earlier, func(n int32) bool { return n < 1 }) {
 		return nil, ErrPartitions
 	}
 	names := cfg.Topics.names()
@@ -133,9 +152,20 @@ type deadLetter struct {
 
 // misrouted is an input record outside its key's partition (C2, S2).
 type misrouted struct {
-	src   source
-	right int32
-	what  string
+	src    source
+	rights []int32 // its key's partitions, under Partitions and each earlier count
+	what   string
+}
+
+// movedSignal is a signal record in its key's partition under an earlier
+// count, not under Partitions (Config.Earlier): judged at its copy when
+// one exists, else where it is.
+type movedSignal struct {
+	src    source
+	others []int32 // its key's other partitions, where a copy may be
+	skew   bool    // where it is, it goes to the DLQ (S4)
+	sha    string
+	what   string
 }
 
 // copyKey is where a re-published copy says it came from.
@@ -155,7 +185,11 @@ type signal struct {
 	eventNs  int64
 	first    pos   // where it was first read
 	eligible []pos // its records that reached rule S5
-	gated    bool  // marked ExpectGated
+	// moved are its records in their key's partition under an earlier
+	// count only (Config.Earlier): each reached rule S5 where it is
+	// unless it was re-published or goes to the DLQ.
+	moved []movedSignal
+	gated bool // marked ExpectGated
 	// mayBeTooLarge: close enough to the cohort topic's limit that rule
 	// S3 may send it to the DLQ instead; sha is its value's SHA-256 then.
 	mayBeTooLarge bool
@@ -177,10 +211,14 @@ const (
 
 // commandRecord is the digest of one commands record.
 type commandRecord struct {
-	at       pos
-	fate     fate
-	reason   string // toDLQ
-	right    int32  // toCopy
+	at     pos
+	fate   fate
+	reason string  // toDLQ
+	rights []int32 // toCopy
+	// moved: the record is in its key's partition under an earlier
+	// count only, and these are the key's other partitions. With a copy
+	// in one, it is re-published (as toCopy); with none, its fate holds.
+	moved    []int32
 	cmd      command
 	boundary uint64
 	sha      string
@@ -197,8 +235,10 @@ type changelogEntry struct {
 // Seal tells the Judge that every record of the commands topic was
 // handed to it: each user's final episodes are known, so a numbered
 // signal that lies in none of them is kept in 5 bytes from then on, not
-// 18 (compact.go). AddCommand panics after Seal. Verify reads the
-// commands first and seals.
+// 18 (compact.go). AddCommand panics after Seal. When the topics grew
+// (Config.Earlier), the changelog must be in too: it says where a moved
+// command took effect (applyCommands). Verify reads the commands, the DLQ
+// and the changelog first and seals.
 func (j *Judge) Seal() {
 	j.sealed = j.applyCommands(&Report{})
 }
@@ -214,9 +254,10 @@ func (j *Judge) AddCommand(r Record) {
 	switch {
 	case !ok:
 		c.fate, c.reason = toDLQ, reasonKey
-	case partitionOf(r.Key, j.cfg.Partitions) != r.Partition:
-		c.fate, c.right = toCopy, partitionOf(r.Key, j.cfg.Partitions)
+	case !j.routedRight(r.Key, r.Partition):
+		c.fate, c.rights = toCopy, j.rights(r.Key)
 	default:
+		c.moved = j.moved(r.Key, r.Partition)
 		cmd, reason := decodeCommand(user, r.Value)
 		if reason != "" {
 			c.fate, c.reason = toDLQ, reasonCommandValue
@@ -269,8 +310,15 @@ func (j *Judge) AddRouteSignal(i int, r Record) {
 	switch {
 	case !ok:
 		j.sigExpect = append(j.sigExpect, deadLetter{src: src, reason: reasonKey, sha: sha256Hex(r.Value), what: what})
+	case !j.routedRight(r.Key, r.Partition):
+		j.sigRoute = append(j.sigRoute, misrouted{src: src, rights: j.rights(r.Key), what: what})
 	case partitionOf(r.Key, j.cfg.Partitions) != r.Partition:
-		j.sigRoute = append(j.sigRoute, misrouted{src: src, right: partitionOf(r.Key, j.cfg.Partitions), what: what})
+		m := movedSignal{src: src, others: j.moved(r.Key, r.Partition), skew: expect == ExpectTimestampSkew, sha: sha256Hex(r.Value), what: what}
+		j.sigMoved = append(j.sigMoved, m)
+		s.moved = append(s.moved, m)
+		if !m.skew && batchBytes(r) > j.cfg.CohortMaxMessageBytes-sizeSlack {
+			s.mayBeTooLarge, s.sha = true, m.sha
+		}
 	case expect == ExpectTimestampSkew:
 		j.sigExpect = append(j.sigExpect, deadLetter{src: src, reason: reasonTimestampSkew, sha: sha256Hex(r.Value), what: what})
 	default:
@@ -388,6 +436,15 @@ func (j *Judge) Report() Report {
 		rep.Misrouted++
 		j.checkCopy(&rep, m)
 	}
+	for _, m := range j.sigMoved {
+		switch {
+		case j.hasCopy(m.src, m.others):
+			rep.Misrouted++
+		case m.skew:
+			rep.DeadLetters++
+			j.checkDeadLetter(&rep, deadLetter{src: m.src, reason: reasonTimestampSkew, sha: m.sha, what: m.what})
+		}
+	}
 	windows := j.judgeChangelog(&rep, members)
 	forwardedIn := make(map[uint64][]int64)
 	for _, p := range j.paths {
@@ -410,13 +467,17 @@ func (j *Judge) applyCommands(rep *Report) map[uint64]*member {
 	src := func(c commandRecord) source { return source{j.cfg.Topics.Commands, c.at} }
 	for _, c := range cmds {
 		rep.CommandsIn++
+		if len(c.moved) > 0 && j.hasCopy(src(c), c.moved) && !j.appliedAt(c) {
+			rep.Misrouted++ // re-published under a later count; judged at its copy
+			continue
+		}
 		switch c.fate {
 		case toDLQ:
 			rep.DeadLetters++
 			j.checkDeadLetter(rep, deadLetter{src: src(c), reason: c.reason, sha: c.sha, what: c.what})
 		case toCopy:
 			rep.Misrouted++
-			j.checkCopy(rep, misrouted{src: src(c), right: c.right, what: c.what})
+			j.checkCopy(rep, misrouted{src: src(c), rights: c.rights, what: c.what})
 		case toModel:
 			m := members[c.cmd.userID]
 			if m == nil {
@@ -491,9 +552,77 @@ func (j *Judge) checkDeadLetter(rep *Report, d deadLetter) {
 }
 
 func (j *Judge) checkCopy(rep *Report, m misrouted) {
-	if slices.Contains(j.copies[copyKey{m.src.topic, m.src.at.String()}], m.right) {
+	if j.hasCopy(m.src, m.rights) {
 		return
 	}
-	rep.note(&rep.MisroutedNotRepublished, "misrouted not re-published", "%s: no copy in partition %d with %s %s",
-		m.what, m.right, headerMisroutedFrom, m.src.at)
+	rep.note(&rep.MisroutedNotRepublished, "misrouted not re-published", "%s: no copy in partition %s with %s %s",
+		m.what, joinPartitions(m.rights), headerMisroutedFrom, m.src.at)
+}
+
+// hasCopy reports whether a re-published copy of the record at src is in
+// one of parts.
+func (j *Judge) hasCopy(src source, parts []int32) bool {
+	return slices.ContainsFunc(j.copies[copyKey{src.topic, src.at.String()}], func(p int32) bool { return slices.Contains(parts, p) })
+}
+
+// appliedAt reports whether a changelog record of c's user follows c
+// where it is: the processor applied it there, under the count it was
+// routed by.
+func (j *Judge) appliedAt(c commandRecord) bool {
+	if c.fate != toModel {
+		return false
+	}
+	at := j.cfg.Topics.Commands + "/" + strconv.Itoa(int(c.at.partition)) + "/" + strconv.FormatInt(c.at.offset, 10)
+	return slices.ContainsFunc(j.changelog[c.cmd.userID], func(e changelogEntry) bool { return e.err == nil && e.rec.command == at })
+}
+
+// rights returns key's partitions: under Partitions first, then under
+// each earlier count (Config.Earlier), without repeats.
+func (j *Judge) rights(key []byte) []int32 {
+	out := []int32{partitionOf(key, j.cfg.Partitions)}
+	for _, n := range j.cfg.Earlier {
+		if p := partitionOf(key, n); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// routedRight reports whether partition p is key's under Partitions or
+// an earlier count.
+func (j *Judge) routedRight(key []byte, p int32) bool { return slices.Contains(j.rights(key), p) }
+
+// moved returns, for a record in partition p, key's other partitions when
+// p is key's under an earlier count only (Config.Earlier), else nil.
+func (j *Judge) moved(key []byte, p int32) []int32 {
+	rights := j.rights(key)
+	if rights[0] == p {
+		return nil
+	}
+	return slices.DeleteFunc(rights, func(q int32) bool { return q == p })
+}
+
+// joinPartitions renders partitions for a finding: "3" or "3 or 1".
+func joinPartitions(parts []int32) string {
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteString(" or ")
+		}
+		b.WriteString(strconv.Itoa(int(p)))
+	}
+	return b.String()
+}
+
+// eligibleOf returns where the records of s that reached rule S5 on
+// route p are: those in their key's partition, and those in it under an
+// earlier count only that were not re-published (nor dead-lettered).
+func (j *Judge) eligibleOf(p *path, s *signal) []pos {
+	out := s.eligible
+	for _, m := range s.moved {
+		if !m.skew && m.src.topic == p.in && !j.hasCopy(m.src, m.others) {
+			out = append(slices.Clip(out), m.src.at)
+		}
+	}
+	return out
 }

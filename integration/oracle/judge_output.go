@@ -34,8 +34,11 @@ func (j *Judge) judgeChangelog(rep *Report, members map[uint64]*member) map[uint
 		}
 		rep.ChangelogUsers++
 		if parts := partitionsOf(entries); len(parts) > 1 {
-			mismatch("user %d: changelog records in partitions %v: which is the latest?", u, parts)
-			continue
+			if !j.cfg.ChangelogGrew || slices.ContainsFunc(entries, func(e changelogEntry) bool { return e.err == nil && !e.rec.order.ok }) {
+				mismatch("user %d: changelog records in partitions %v: which is the latest?", u, parts)
+				continue
+			}
+			entries = byCommand(entries)
 		}
 		last := entries[len(entries)-1]
 		switch bad := slices.IndexFunc(entries, func(e changelogEntry) bool { return e.err != nil }); {
@@ -54,6 +57,21 @@ func (j *Judge) judgeChangelog(rep *Report, members map[uint64]*member) map[uint
 		j.missingWindows(rep, u, entries)
 	}
 	return windows
+}
+
+// byCommand orders a user's records from several changelog partitions
+// (it grew) by their commands: the commands' partition count, then the
+// offset; records of one command, and those that do not decode, stay in
+// the order they were read in.
+func byCommand(entries []changelogEntry) []changelogEntry {
+	out := slices.Clone(entries)
+	slices.SortStableFunc(out, func(a, b changelogEntry) int {
+		if a.err != nil || b.err != nil {
+			return 0
+		}
+		return cmp.Or(cmp.Compare(a.rec.order.partitions, b.rec.order.partitions), cmp.Compare(a.rec.order.offset, b.rec.order.offset))
+	})
+	return out
 }
 
 func partitionsOf(entries []changelogEntry) []int32 {
@@ -140,7 +158,7 @@ func (j *Judge) judgeSignals(rep *Report, p *path, members map[uint64]*member, w
 	rep.SignalsIn += len(p.signals) + p.table.present
 	for _, id := range ids {
 		s := p.signals[id]
-		v := signalVerdict{user: s.user, eventNs: s.eventNs, eligible: len(s.eligible) > 0, gated: s.gated, seen: p.cohort[id],
+		v := signalVerdict{user: s.user, eventNs: s.eventNs, eligible: len(j.eligibleOf(p, s)) > 0, gated: s.gated, seen: p.cohort[id],
 			what: func() string {
 				return "signal " + p.in + " " + s.first.String() + " of user " + formatUint(s.user) + " at " + formatNs(s.eventNs)
 			}}
@@ -254,7 +272,7 @@ func (j *Judge) judgeSignal(rep *Report, v signalVerdict, members map[uint64]*me
 // tooLargeDeadLettered reports whether a record of s that reached rule S5
 // went to the DLQ as record_too_large, with its SHA-256.
 func (j *Judge) tooLargeDeadLettered(p *path, s *signal) bool {
-	for _, at := range s.eligible {
+	for _, at := range j.eligibleOf(p, s) {
 		if ok, _ := j.deadLettered(deadLetter{src: source{p.in, at}, reason: reasonTooLarge, sha: s.sha}); ok {
 			return true
 		}

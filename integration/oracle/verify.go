@@ -23,6 +23,11 @@ type Options struct {
 	// MaxFutureSkew is the processors' --max-future-skew (rule C4).
 	// Default DefaultMaxFutureSkew.
 	MaxFutureSkew time.Duration
+	// Earlier and ChangelogGrew say how the topics grew during the run,
+	// as Config's fields of the same names; the partition count they
+	// grew to is the one Verify finds.
+	Earlier       []int32
+	ChangelogGrew bool
 	// KafkaOpts are added to the options of Verify's clients (after the
 	// seed brokers).
 	KafkaOpts []kgo.Opt
@@ -73,7 +78,8 @@ func Verify(ctx context.Context, brokers []string, topics Topics, opts *Options)
 			maxBytes = n
 		}
 	}
-	j, err := NewJudge(Config{Topics: topics, Partitions: int32(nc), MaxFutureSkew: o.MaxFutureSkew, CohortMaxMessageBytes: maxBytes})
+	j, err := NewJudge(Config{Topics: topics, Partitions: int32(nc), Earlier: o.Earlier, ChangelogGrew: o.ChangelogGrew,
+		MaxFutureSkew: o.MaxFutureSkew, CohortMaxMessageBytes: maxBytes})
 	if err != nil {
 		return Report{}, err
 	}
@@ -90,8 +96,8 @@ func Verify(ctx context.Context, brokers []string, topics Topics, opts *Options)
 		if err != nil {
 			return Report{}, fmt.Errorf("oracle: verify: %w", err)
 		}
-		if i == 0 {
-			j.Seal() // the commands are in: signals outside every episode take 5 bytes
+		if i == 2 {
+			j.Seal() // the commands and the changelog are in: signals outside every episode take 5 bytes
 		}
 	}
 	rep := j.Report()

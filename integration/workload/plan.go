@@ -36,6 +36,13 @@ type Config struct {
 	// topics. The hostile mix needs it (to misroute records and to put
 	// users in one partition); the friendly load does not.
 	Partitions int
+	// Routing, when set, gives the partition count the hostile mix routes
+	// its records by at the moment: the commands topic's (commands true)
+	// or the inputs'. A run that grows the topics under the load sets it,
+	// so that the mix routes as producers that learned of the growth do
+	// (its misrouted records stay misrouted); nil: Partitions throughout.
+	// It changes what is played, never the Plan.
+	Routing func(commands bool) int32
 	// Hostile is the hostile mix; the zero value is none.
 	Hostile Hostile
 }

@@ -19,11 +19,12 @@ import (
 // them, and a signal produced after a leave is stamped after that leave's
 // acknowledgement.
 type player struct {
-	c     *Clients
-	set   topics.Set
-	h     Hostile // defaults filled in
-	parts int32
-	size  int // value size of an ordinary signal
+	c       *Clients
+	set     topics.Set
+	h       Hostile // defaults filled in
+	parts   int32
+	routing func(commands bool) int32 // Config.Routing; nil: parts
+	size    int                       // value size of an ordinary signal
 
 	seq     atomic.Uint64 // next signal id: the friendly load's ids end below Config.Signals
 	signals atomic.Int64  // hostile signals acknowledged
@@ -32,7 +33,7 @@ type player struct {
 }
 
 func newPlayer(c *Clients, set topics.Set, cfg Config) *player {
-	p := &player{c: c, set: set, h: cfg.Hostile.withDefaults(), parts: int32(cfg.Partitions), size: cfg.ValueSize}
+	p := &player{c: c, set: set, h: cfg.Hostile.withDefaults(), parts: int32(cfg.Partitions), routing: cfg.Routing, size: cfg.ValueSize}
 	p.seq.Store(uint64(cfg.Signals))
 	return p
 }
@@ -93,11 +94,21 @@ const (
 	crc
 )
 
-func (sc *scene) partition(key []byte, r route) int32 {
-	if r == crc {
-		return crcPartition(key, sc.p.parts)
+// count is the partition count records of the commands topic (commands
+// true) or of the inputs are routed by now.
+func (p *player) count(commands bool) int32 {
+	if p.routing != nil {
+		return p.routing(commands)
 	}
-	return murmurPartition(key, sc.p.parts)
+	return p.parts
+}
+
+func (sc *scene) partition(key []byte, r route, commands bool) int32 {
+	n := sc.p.count(commands)
+	if r == crc {
+		return crcPartition(key, n)
+	}
+	return murmurPartition(key, n)
 }
 
 // produce writes rs with cl and waits for their acknowledgement.
@@ -119,7 +130,7 @@ func (sc *scene) signal(ctx context.Context, user uint64, r route, gatedFrom int
 
 func (sc *scene) signalAt(ctx context.Context, user uint64, r route, gatedFrom int64, ts time.Time) error {
 	key := userKey(user)
-	rec := sc.signalRecord(key, sc.partition(key, r), sc.p.size, ts)
+	rec := sc.signalRecord(key, sc.partition(key, r, false), sc.p.size, ts)
 	if gatedFrom != noGate && ts.UnixMilli()*int64(time.Millisecond) >= gatedFrom {
 		rec.Headers = append(rec.Headers, gatedHeaders()...)
 	}
@@ -236,7 +247,7 @@ func (sc *scene) command(ctx context.Context, cl *kgo.Client, user uint64, op to
 		c.AtNs, c.HasAt, at = uint64(nsOf(ts)), true, nsOf(ts)
 	}
 	key := userKey(user)
-	rec := &kgo.Record{Topic: string(sc.p.set.Commands), Partition: sc.partition(key, r), Key: key,
+	rec := &kgo.Record{Topic: string(sc.p.set.Commands), Partition: sc.partition(key, r, true), Key: key,
 		Value: topics.AppendCommand(nil, c), Timestamp: ts}
 	if err := sc.produce(ctx, cl, rec); err != nil {
 		return nil, 0, fmt.Errorf("producing %s of user %d: %w", op, user, err)

@@ -27,7 +27,8 @@ import (
 func (sc *scene) poison(ctx context.Context) error {
 	u, big := sc.s.Users[0], sc.s.Users[1]
 	key := userKey(u)
-	right := murmurPartition(key, sc.p.parts)
+	n := sc.p.count(true)
+	right := murmurPartition(key, n)
 	id := strconv.FormatUint(u, 10)
 	large := sc.randomFill([]byte(`{"op":"leave","user_id":`+id+`,"pad":"`), sc.p.h.LargeBytes*3/4)
 	type cmd struct {
@@ -36,8 +37,8 @@ func (sc *scene) poison(ctx context.Context) error {
 		value     string
 	}
 	cmds := []cmd{{key, right, string(large)}}
-	if sc.p.parts > 1 {
-		cmds = append(cmds, cmd{key, (right + 1) % sc.p.parts, string(large)})
+	if n > 1 {
+		cmds = append(cmds, cmd{key, (right + 1) % n, string(large)})
 	}
 	for _, v := range []string{
 		`{"op":"leave","op":"rejoin","user_id":` + id + `}`,
@@ -59,7 +60,7 @@ func (sc *scene) poison(ctx context.Context) error {
 	for _, k := range [][]byte{[]byte("0" + id), {}, nil, []byte("-" + id), []byte("18446744073709551616"), []byte(id + "x")} {
 		p := int32(0)
 		if len(k) > 0 {
-			p = murmurPartition(k, sc.p.parts)
+			p = murmurPartition(k, n)
 		}
 		cmds = append(cmds, cmd{k, p, valid})
 	}
@@ -73,9 +74,9 @@ func (sc *scene) poison(ctx context.Context) error {
 
 	badSmall, badLarge := []byte("0"+id), []byte("user-"+id)
 	for _, s := range []*kgo.Record{
-		sc.signalRecord(badSmall, murmurPartition(badSmall, sc.p.parts), sc.p.size, time.Now()),
-		sc.signalRecord(badLarge, murmurPartition(badLarge, sc.p.parts), sc.p.h.LargeBytes, time.Now()),
-		sc.signalRecord(userKey(big), murmurPartition(userKey(big), sc.p.parts), sc.p.h.LargeBytes-20_000, time.Now()),
+		sc.signalRecord(badSmall, murmurPartition(badSmall, sc.p.count(false)), sc.p.size, time.Now()),
+		sc.signalRecord(badLarge, murmurPartition(badLarge, sc.p.count(false)), sc.p.h.LargeBytes, time.Now()),
+		sc.signalRecord(userKey(big), murmurPartition(userKey(big), sc.p.count(false)), sc.p.h.LargeBytes-20_000, time.Now()),
 	} {
 		if err := sc.produceSignal(ctx, s); err != nil {
 			return err

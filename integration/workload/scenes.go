@@ -280,7 +280,7 @@ func (sc *scene) future(ctx context.Context) error {
 		return err
 	}
 	key := userKey(u)
-	rec := sc.signalRecord(key, sc.partition(key, murmur), sc.p.size, time.Now().Add(sc.p.h.MaxFutureSkew+futureSignal))
+	rec := sc.signalRecord(key, sc.partition(key, murmur, false), sc.p.size, time.Now().Add(sc.p.h.MaxFutureSkew+futureSignal))
 	rec.Headers = []kgo.RecordHeader{{Key: oracle.HeaderExpect, Value: []byte(oracle.ExpectTimestampSkew)}}
 	if err := sc.produceSignal(ctx, rec); err != nil {
 		return err

@@ -112,6 +112,16 @@ type Config struct {
 	// new one (rule C5 broken). It exists only so that a control run can
 	// prove that a restore must carry them; never set it otherwise.
 	UnsafeRestoreWithoutIdentities bool
+	// UnsafeIgnoreTopology keeps a run going under the partition counts
+	// it found at start when the topics grow: no watcher compares them
+	// with that layout (topology.go), and a claim of an input partition
+	// beyond it is taken instead of ending the run. The processor then
+	// does what it did before it tracked its layout: commands produced to
+	// a new partition are read by nobody while the inputs have not grown,
+	// and their users' signals are forwarded. It exists only so that a
+	// chaos control run can prove that its verifier sees the leak; never
+	// set it otherwise.
+	UnsafeIgnoreTopology bool
 
 	// HandoverReplay makes a new owner with no state for a partition
 	// replay its commands from offset 0, as if the changelog could not be

@@ -457,7 +457,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 		list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
 			return listTopics(ctx, k.admCl, names)
 		},
-		log: p.cfg.Logger}).run)
+		log: p.cfg.Logger, off: p.cfg.UnsafeIgnoreTopology}).run)
 	applierDone := make(chan struct{})
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 		skip: p.cfg.UnsafeNoWindowRecovery,
