@@ -114,7 +114,8 @@ type Config struct {
 	UnsafeRestoreWithoutIdentities bool
 	// UnsafeIgnoreTopology keeps a run going under the partition counts
 	// it found at start when the topics grow: no watcher compares them
-	// with that layout (topology.go), and a claim of an input partition
+	// with that layout (topology.go), the commands' observations do not
+	// check their count (align.go), and a claim of an input partition
 	// beyond it is taken instead of ending the run. The processor then
 	// does what it did before it tracked its layout: commands produced to
 	// a new partition are read by nobody while the inputs have not grown,

@@ -493,9 +493,13 @@ func (p *Processor) runOnce(ctx context.Context) error {
 		defer close(applierDone)
 		return afterRestore(ap.run)(ctx)
 	})
+	var count func(ctx context.Context) (int32, error)
+	if !p.cfg.UnsafeIgnoreTopology {
+		count = func(ctx context.Context) (int32, error) { return partitionCount(ctx, k.admCl, commands) }
+	}
 	al := &aligner{interval: p.cfg.AlignInterval, now: p.cfg.Now, topic: commands, lso: p.cfg.UnsafeObserveLSO,
 		suspectFor: suspectFor,
-		count:      func(ctx context.Context) (int32, error) { return partitionCount(ctx, k.admCl, commands) },
+		count:      count,
 		partitions: k.signalPartitions,
 		grown: func(found int32) error {
 			return &TopologyChangedError{Changes: []string{fmt.Sprintf(
