@@ -128,10 +128,8 @@ promtool:
 # the load (repartition) and the commands topic deleted and created again
 # (recreate), plus control runs that must show the damage their names
 # promise, each judged by integration/oracle; a table, and a non-zero exit
-# on damage. (repartition finds known leaks of the processor, README
-# "Growing the topics", in some runs; it grows the commands before the
-# inputs, as the README tells operators to, and CHAOS_FLAGS=
-# --grow-inputs-first grows the inputs first, which avoids one of them.) The load is the friendly one plus the hostile mix
+# on damage. (repartition grows the commands before the inputs;
+# CHAOS_FLAGS=--grow-inputs-first grows the inputs first.) The load is the friendly one plus the hostile mix
 # (integration/workload: misrouted, transactional, re-delivered, late,
 # same-millisecond, future and poison records): CHAOS_SCENES scenes of it
 # per scenario, 16 in chaos-short and 64 in chaos unless set. It runs against CHAOS_BROKERS (default KAFKA_BROKERS: start

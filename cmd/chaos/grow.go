@@ -66,7 +66,7 @@ func (r *scenarioRun) repartition(ctx context.Context, control bool) error {
 		if err := r.waitFailClosed(ctx); err != nil {
 			r.finding("%v", err)
 		}
-		r.known = knownGrowthLeak(!o.inputsFirst, grown, time.Now(), o.grace)
+		r.known = growthHint(grown, time.Now(), o.grace)
 	}
 	if err := r.waitProduced(ctx, float64(r.produced.Load())/float64(o.signals)+0.1); err != nil {
 		return err
@@ -100,35 +100,16 @@ func (r *scenarioRun) repartition(ctx context.Context, control bool) error {
 	return r.settleOrRecover(ctx, fmt.Sprintf("after the changelog grew to %d partitions", n))
 }
 
-// knownGrowthLeak says what repartition may find: two leaks of the
-// processor, found by this scenario and not fixed yet (README, "Growing
-// the topics"). Until its watcher compares the topics with the layout
-// again (every 2s), a processor goes on deciding signals under the old
-// count: a leave that a producer who knows the new count wrote to a new
-// commands partition is read by nobody, and its user's signals, still in
-// an old input partition, are forwarded although Kafka acknowledged the
-// leave first (promise 1: the oracle says "marked gated"). And a
-// partition beyond the old count, claimed under the new count by one
-// instance (which restores its users from the changelog) and then by
-// another, was not restored by the second: its commands partition is new
-// and judged at 0, so the second believed there was nothing to restore,
-// and the users who left before the growth and moved there were active
-// again (promise 1, marked gated; their next changelog record forgot
-// their episodes); whether later fanout commits fixed it is not known.
-// The first shows only when the commands grow first.
-func knownGrowthLeak(commandsFirst bool, grown, closed time.Time, grace time.Duration) string {
-	second := "a partition beyond the old count that a second instance claims under the new count (after a kill -9, a " +
-		"rebalance) may not be restored from the changelog: leaked signals marked gated, long after the growth, of users " +
-		"who left before it and whose partition is a new one (the log shows that partition \"caught up\" with no \"users " +
-		"restored from the changelog\") are that leak"
-	if !commandsFirst {
-		return "known leak of the processor (README, \"Growing the topics\"): " + second
-	}
-	return fmt.Sprintf("known leaks of the processor (README, \"Growing the topics\"): (1) signals stamped between the commands "+
-		"topic's growth (%s) and every processor not ready (%s), less the grace (%v), are decided under the old partition count, "+
-		"and a leave produced meanwhile to a new commands partition is read by nobody: leaked signals marked gated and stamped in "+
-		"that span are that leak; (2) %s",
-		grown.Format("15:04:05.000"), closed.Format("15:04:05.000"), grace, second)
+// growthHint says where to look when repartition finds damage: the span
+// between the growth and every processor saying it is not ready, in
+// which signals were decided under the old count, and a partition beyond
+// the old count claimed by a second instance. Each was a leak once.
+func growthHint(grown, closed time.Time, grace time.Duration) string {
+	return fmt.Sprintf("where repartition found leaks before: signals stamped between the growth (%s) and every processor "+
+		"not ready (%s), less the grace (%v), decided under the old count; a partition beyond the old count that a second "+
+		"instance claimed (after a kill -9, a rebalance) and did not restore from the changelog (its log shows the partition "+
+		"\"caught up\" with no \"users restored from the changelog\")",
+		grown.Format("15:04:05.000"), closed.Format("15:04:05.000"), grace)
 }
 
 // growCommands grows the commands topic to n partitions; the hostile mix

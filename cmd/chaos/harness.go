@@ -147,8 +147,8 @@ type result struct {
 	warnings map[string]int // the processors' warning and error lines, by message
 	logs     string         // the tails of the processors' logs, when it failed
 	soak     *soakResult    // the soak's samples and verdicts; nil in other scenarios
-	// known says what the scenario knows of the damage it may find (a
-	// leak of the processor found and not fixed yet); it follows a FAIL.
+	// known says where to look when the scenario finds damage (where it
+	// found leaks of the processor before); it follows a FAIL.
 	known string
 }
 
