@@ -495,7 +495,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	})
 	var count func(ctx context.Context) (int32, error)
 	if !p.cfg.UnsafeIgnoreTopology {
-		count = func(ctx context.Context) (int32, error) { return partitionCount(ctx, k.admCl, commands) }
+		count = func(ctx context.Context) (int32, error) { return partitionCount(ctx, k.meta, commands) }
 	}
 	al := &aligner{interval: p.cfg.AlignInterval, now: p.cfg.Now, topic: commands, lso: p.cfg.UnsafeObserveLSO,
 		suspectFor: suspectFor,

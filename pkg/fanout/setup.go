@@ -64,6 +64,12 @@ type kafka struct {
 	adm   *kadm.Client // admCl's admin client
 	cmds  *kgo.Client  // the commands consumer
 	recov *kgo.Client  // the changelog reader of window recovery
+	// meta asks for the commands' partition count with each observation
+	// (partitionCount). A client of its own: franz-go caches the answer
+	// of every Metadata request, and a paused broker that still believes
+	// it leads answers with its old leaders; cached in admCl, they would
+	// send the aligner's listings to it.
+	meta *kgo.Client
 
 	signalPartitions    int32 // of both input topics
 	changelogPartitions int32
@@ -72,6 +78,7 @@ type kafka struct {
 }
 
 func (k *kafka) close() {
+	k.meta.Close()
 	k.recov.Close()
 	k.cmds.Close()
 	k.adm.Close()
@@ -115,6 +122,12 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 		k.cmds.Close()
 		k.adm.Close()
 		return nil, fmt.Errorf("unable to create changelog reader: %w", err)
+	}
+	if k.meta, err = kgo.NewClient(clientOpts(cfg, lim, "cohortgate-metadata")...); err != nil {
+		k.recov.Close()
+		k.cmds.Close()
+		k.adm.Close()
+		return nil, fmt.Errorf("unable to create metadata client: %w", err)
 	}
 	return k, nil
 }
