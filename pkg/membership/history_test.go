@@ -36,24 +36,8 @@ func TestHistoryFull(t *testing.T) {
 		t.Fatalf("after the refused rejoin: %+v, %v; want left with %d episodes", m, err, max)
 	}
 
-	b := src.NewBatch()
-	d, err := b.AppendDump(nil, user)
-	b.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := DecodeDump(d)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dst := openFS(t, vfs.NewMem(), &Options{MaxHistory: max})
-	im := dst.NewImport()
-	if err := im.Put(dec); err != nil {
-		t.Fatal(err)
-	}
-	if err := im.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	copyUser(t, src, dst, user)
 	for name, s := range map[string]*Store{"store": src, "imported": dst} {
 		c, err := s.Apply(rejoin)
 		if !errors.Is(err, ErrHistoryFull) || !c.Duplicate || c.Changed {

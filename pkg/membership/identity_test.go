@@ -19,6 +19,29 @@ func userBytes(t testing.TB, s *Store, user uint64) int {
 	return len(d)
 }
 
+// copyUser imports into dst everything src keeps of user, through a
+// dump, as a restore from a changelog record's header does.
+func copyUser(t testing.TB, src, dst *Store, user uint64) {
+	t.Helper()
+	b := src.NewBatch()
+	d, err := b.AppendDump(nil, user)
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := DecodeDump(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im := dst.NewImport()
+	if err := im.Put(dec); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestIdentityWindowBoundsAUser: a service re-sending a user's leave with a
 // fresh request id each time (a retry loop, a periodic job) made every
 // identity stay for ever, and every later changelog record restate them
@@ -95,23 +118,7 @@ func TestIdentityWindowForgetsInOrder(t *testing.T) {
 			t.Fatalf("command %d: %+v, %v", i, c, err)
 		}
 	}
-	b := src.NewBatch()
-	d, err := b.AppendDump(nil, user)
-	b.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := DecodeDump(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	im := dst.NewImport()
-	if err := im.Put(dec); err != nil {
-		t.Fatal(err)
-	}
-	if err := im.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	copyUser(t, src, dst, user)
 	for _, s := range []*Store{src, dst} {
 		// One more command: the oldest of the window (command 10) goes.
 		if _, err := s.Apply(Command{Op: OpLeave, UserID: user, AtNs: 10_000}); err != nil {
