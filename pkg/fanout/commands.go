@@ -60,8 +60,8 @@ type applier struct {
 	// before any of its commands was fetched; nil in tests.
 	listEnd    func(ctx context.Context, part int32) (int64, error)
 	ev         EventListener
-	lim        limits
-	partitions int32 // of both input topics
+	lim        *liveLimits // nil: Kafka's default for every topic (tests)
+	partitions int32       // of both input topics
 	kp         keyPartition
 	// gateAhead is set while the gate holds a batch the store has not
 	// committed (updateGate runs before the commit): a gate snapshot taken
@@ -343,7 +343,7 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 			if r.Attrs.IsControl() {
 				continue // a transaction marker: nothing to apply, but step over it
 			}
-			cmd, out, err := a.one(b, c, r)
+			cmd, out, err := a.one(ctx, b, c, r)
 			if err != nil {
 				return err
 			}
@@ -470,9 +470,13 @@ type claimOffset struct {
 // is not a command the store takes) and the outbox entries it needs. Only
 // a store failure is an error; bad input becomes a DLQ entry. The checks
 // are the README's rules C1 to C7, in their order.
-func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd, []outboxItem, error) {
+func (a *applier) one(ctx context.Context, b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd, []outboxItem, error) {
+	var lim limits
+	if a.lim != nil {
+		lim = a.lim.now()
+	}
 	dlq := func(reason topics.Reason, err error) []outboxItem {
-		dl := deadLetterRecord(a.cfg.Topics.DLQ, a.lim.deadLetterBudget(a.cfg.Topics.DLQ), r, reason, err)
+		dl := deadLetterRecord(a.cfg.Topics.DLQ, lim.deadLetterBudget(a.cfg.Topics.DLQ), r, reason, err)
 		a.ev.DeadLetter(DeadLetterInfo{Source: SourceCommands, Reason: topics.Reason(headerValue(dl, topics.HeaderReason)),
 			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err})
 		return []outboxItem{{e: outboxFrom(dl, -1)}}
@@ -482,9 +486,15 @@ func (a *applier) one(b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd
 	}
 	if want := a.kp.of(r.Key, a.partitions); want != r.Partition {
 		rp := republishCommand(r, want)
-		if !a.lim.fits(rp) {
+		if !lim.fits(rp) && a.lim != nil {
+			// Not dead-lettered against a limit read before it was
+			// fetched: the topic's may have been raised since. When the
+			// limits cannot be read, the last read decides.
+			lim, _ = a.lim.since(ctx, time.Now())
+		}
+		if !lim.fits(rp) {
 			return nil, dlq(topics.ReasonRecordTooLarge, fmt.Errorf("misrouted command of %d bytes does not fit %s again with its header (max.message.bytes %d)",
-				userBytes(r), r.Topic, a.lim.of(r.Topic))), nil
+				userBytes(r), r.Topic, lim.of(r.Topic))), nil
 		}
 		a.ev.Misrouted(MisroutedInfo{Source: SourceCommands, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Want: want})
 		return nil, []outboxItem{{e: outboxFrom(rp, want)}}, nil

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohortgate/cohortgate/topics"
@@ -17,9 +19,12 @@ import (
 // outbox records, and accounts for each in its promise. It belongs to one
 // loop (one session); promises run on franz-go's goroutines.
 type emitter struct {
-	s         session
-	topics    topics.Set
+	s      session
+	topics topics.Set
+	// lim are the limits the session's producer was made with, live the
+	// topics' limits as they are: see followLimits.
 	lim       limits
+	live      *liveLimits
 	dlqBudget int
 	refused   *refusals
 	m         *metrics
@@ -44,13 +49,20 @@ type emitter struct {
 	refusedOutbox struct {
 		sync.Mutex
 		m map[uint64]error
+		// tries counts each entry's refusals (see maxRefusals).
+		tries map[uint64]int
 	}
+	// refusedAny is set by a promise whose record the broker refused:
+	// the cycle's end reads the limits again before anything refused is
+	// decided again (followLimits).
+	refusedAny atomic.Bool
 }
 
-// newEmitter makes the emitter of session s; series are the routes'
+// newEmitter makes the emitter of session s, whose producer was made
+// with the limits lim, read from live; series are the routes'
 // (metrics.routes).
-func newEmitter(s session, set topics.Set, lim limits, refused *refusals, m *metrics, series []routeSeries, ev EventListener, halt func(error)) *emitter {
-	e := &emitter{s: s, topics: set, lim: lim, dlqBudget: lim.deadLetterBudget(set.DLQ), refused: refused, m: m, ev: ev, halt: halt}
+func newEmitter(s session, set topics.Set, lim limits, live *liveLimits, refused *refusals, m *metrics, series []routeSeries, ev EventListener, halt func(error)) *emitter {
+	e := &emitter{s: s, topics: set, lim: lim, live: live, dlqBudget: lim.deadLetterBudget(set.DLQ), refused: refused, m: m, ev: ev, halt: halt}
 	for i, r := range set.AllRoutes() {
 		forwarded := series[i].forwarded
 		e.outs = append(e.outs, string(r.Out))
@@ -83,7 +95,7 @@ func (e *emitter) forward(ctx context.Context, r *kgo.Record, route int, alone b
 func (e *emitter) deadLetter(ctx context.Context, r *kgo.Record, source string, reason topics.Reason, err error, minimal bool) {
 	var dl *kgo.Record
 	if minimal {
-		dl = minimalDeadLetter(e.topics.DLQ, r, reason, err)
+		dl = minimalDeadLetter(e.topics.DLQ, e.dlqBudget, r, reason, err)
 	} else {
 		dl = deadLetterRecord(e.topics.DLQ, e.dlqBudget, r, reason, err)
 	}
@@ -97,9 +109,9 @@ func (e *emitter) deadLetter(ctx context.Context, r *kgo.Record, source string, 
 // header.
 func (e *emitter) republish(ctx context.Context, r *kgo.Record, want int32, source string, alone bool) {
 	rp := republishRecord(r, want)
-	if !e.lim.fits(rp) {
+	if !e.lim.fits(rp) { // and not the topic's limit as it is (recheck)
 		e.deadLetter(ctx, r, source, topics.ReasonRecordTooLarge, fmt.Errorf("misrouted record of %d bytes does not fit %s again with its header (max.message.bytes %d)",
-			userBytes(r), r.Topic, e.lim.of(r.Topic)), false)
+			userBytes(r), r.Topic, e.live.now().of(r.Topic)), false)
 		return
 	}
 	e.ev.Misrouted(MisroutedInfo{Source: source, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Want: want})
@@ -107,10 +119,22 @@ func (e *emitter) republish(ctx context.Context, r *kgo.Record, want int32, sour
 }
 
 // produceOutbox produces the outbox record it, replaced first when the
-// broker refused it before (refusedEntry).
+// broker refused it before or it does not fit its topic's limit
+// (refusedEntry). A changelog record that cannot be made to fit halts the
+// processor; it is produced all the same, so that the client refuses it,
+// the cycle aborts and the entry stays in the store.
 func (e *emitter) produceOutbox(ctx context.Context, it *outboxItem) {
-	if err := e.takeRefusedOutbox(it.seq); err != nil {
-		it.e = refusedEntry(it.e, e.topics, e.lim, err)
+	err := e.takeRefusedOutbox(it.seq)
+	if r := it.record(); err == nil && !e.lim.fits(r) {
+		err = fmt.Errorf("%w: %d bytes do not fit %s (max.message.bytes %d)", kerr.MessageTooLarge, batchBytes(r), r.Topic, e.lim.of(r.Topic))
+	}
+	if err != nil {
+		ne, ferr := refusedEntry(it.e, e.topics, e.lim, err)
+		if ferr != nil {
+			e.halt(ferr)
+		} else {
+			it.e = ne
+		}
 	}
 	e.produce(ctx, it.record(), e.s.counted(e.outboxPromise(it.seq)), false)
 }
@@ -184,9 +208,16 @@ func (e *emitter) outboxPromise(seq uint64) func(*kgo.Record, error) {
 			e.refusedOutbox.Lock()
 			if e.refusedOutbox.m == nil {
 				e.refusedOutbox.m = make(map[uint64]error)
+				e.refusedOutbox.tries = make(map[uint64]int)
 			}
 			e.refusedOutbox.m[seq] = err
+			e.refusedOutbox.tries[seq]++
+			tries := e.refusedOutbox.tries[seq]
 			e.refusedOutbox.Unlock()
+			if tries >= maxRefusals {
+				e.halt(fmt.Errorf("the broker refused an outbox record for %s for the %d%s time, its max.message.bytes read at %d since the last: %w",
+					r.Topic, tries, ordinal(tries), e.lim.of(r.Topic), err))
+			}
 		}
 		e.failed(r, err, false)
 	}
@@ -211,8 +242,52 @@ func (e *emitter) failed(r *kgo.Record, err error, signalOutput bool) {
 		e.halt(fatal)
 	}
 	refused := refusedByBroker(err)
+	if refused {
+		e.refusedAny.Store(true)
+	}
 	if refused && signalOutput {
-		e.refused.add(r, err)
+		if tries := e.refused.add(r, err); tries >= maxRefusals {
+			e.halt(fmt.Errorf("the broker refused a record for %s for the %d%s time, its max.message.bytes read at %d since the last: %w",
+				r.Topic, tries, ordinal(tries), e.lim.of(r.Topic), err))
+		}
 	}
 	e.ev.ProduceFailed(ProduceFailedInfo{Topic: r.Topic, Err: err, Refused: refused})
+}
+
+// ordinal is the suffix of n in "1st", "2nd", "3rd", "4th".
+func ordinal(n int) string {
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+		return "th"
+	case n%10 == 1:
+		return "st"
+	case n%10 == 2:
+		return "nd"
+	case n%10 == 3:
+		return "rd"
+	}
+	return "th"
+}
+
+// followLimits makes the topics' limits, when they differ from those the
+// session's producer was made with, replace the session: franz-go sizes a
+// partition's record batches when its producer first meets it, so a
+// limit raised would go on refusing what the topic takes, and one lowered
+// would go on building batches the topic refuses. After a cycle in which
+// the broker refused a record, the limits are read first: a refused
+// record is never settled again against a limit read before its refusal.
+// Refusals for size are forgotten with the session: they were refused
+// under the old limits.
+func (e *emitter) followLimits(ctx context.Context) error {
+	now := e.live.now()
+	if e.refusedAny.Swap(false) {
+		// On a failure the limits stay as last read, and a record refused
+		// again counts towards maxRefusals.
+		now, _ = e.live.since(ctx, time.Now())
+	}
+	if now.equal(e.lim) {
+		return nil
+	}
+	e.refused.forgetTooLarge()
+	return fmt.Errorf("%w: the topics' max.message.bytes changed", errReplaceSession)
 }

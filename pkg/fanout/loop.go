@@ -13,6 +13,7 @@ import (
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
 	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // loop is the signals side: one goroutine that owns a session and the
@@ -116,6 +117,9 @@ func (l *loop) run(ctx context.Context) error {
 		l.s.allowRebalance()
 		if ctx.Err() != nil {
 			return nil
+		}
+		if err := l.out.followLimits(work); err != nil {
+			return err
 		}
 	}
 }
@@ -296,6 +300,7 @@ func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av align
 	r, c := h.r, pt.c
 	rfl, refused := l.refused.take(r)
 	v := l.rules.judge(l.kp, r, route, rfl, refused, av)
+	v = l.recheck(ctx, r, route, h.fetchedNs, v, refused)
 	if v.act == actHold {
 		return false
 	}
@@ -497,4 +502,45 @@ func (l *loop) delivered() {
 		// their source offset.
 		l.cfg.Logger.Warn("unable to clear delivered outbox entries", "err", err)
 	}
+}
+
+// recheck settles again, against the topics' limits as they are, a
+// verdict (of r, read from the input of route at fetchedNs, Unix ns) that
+// the session's limits make: a signal too large to forward, or a
+// misrouted one too large to re-publish, is dead-lettered only if it is
+// too large for a limit read after r was fetched; if it fits that limit
+// but not the session's, it waits for the next session
+// (emitter.followLimits replaces this one at the cycle's end), and while
+// the limits cannot be read it waits too. A refused record was refused
+// under the session's limits, which followLimits compared with the
+// topics' since: its verdict stands.
+func (l *loop) recheck(ctx context.Context, r *kgo.Record, route int, fetchedNs int64, v verdict, refused bool) verdict {
+	e := l.out
+	var topic string
+	var size int
+	switch {
+	case refused:
+		return v
+	case v.act == actDeadLetter && v.reason == topics.ReasonRecordTooLarge:
+		topic, size = e.outs[route], batchBytes(r)
+	case v.act == actRepublish:
+		rp := republishRecord(r, v.want)
+		if e.lim.fits(rp) {
+			return v
+		}
+		topic, size = rp.Topic, batchBytes(rp)
+	default:
+		return v
+	}
+	now, err := e.live.since(ctx, time.Unix(0, fetchedNs))
+	if err != nil {
+		return verdict{act: actHold} // the watcher logs the failure (liveLimits.watch)
+	}
+	switch limit := now.of(topic); {
+	case size <= limit && size > e.lim.of(topic):
+		return verdict{act: actHold}
+	case v.act == actDeadLetter:
+		v.err = fmt.Errorf("signal of %d bytes does not fit %s (max.message.bytes %d)", userBytes(r), topic, limit)
+	}
+	return v
 }

@@ -238,21 +238,34 @@ func (o *outbox) load() (int, error) {
 }
 
 // refusedEntry returns what to produce instead of an outbox entry the
-// broker refused with err: a changelog record with as much of the user's
-// history as fits (see trimChangelog), anything else as a minimal DLQ copy
-// of itself naming where it came from.
-func refusedEntry(e outboxEntry, set topics.Set, lim limits, err error) outboxEntry {
+// broker refused with err, sized by lim (the topics' limits read since the
+// refusal): a changelog record with as much of the user's history as fits
+// (see trimChangelog), anything else as a minimal DLQ copy of itself
+// naming where it came from. A changelog record that does not fit even
+// with no history is an error: it holds the user's boundaries and
+// late-leave windows, which the purge job reads from the changelog alone,
+// so it is never traded for a DLQ copy (the processor halts, failing
+// closed, until the topic takes it).
+func refusedEntry(e outboxEntry, set topics.Set, lim limits, err error) (outboxEntry, error) {
 	if e.Topic == string(set.Changelog) {
 		// Without the restore header, which the next owner takes as a
 		// reason to replay (handover.go): the record no longer says all.
 		e.Headers = slices.DeleteFunc(slices.Clone(e.Headers), func(h outboxHeader) bool { return h.Key == topics.HeaderRestore })
-		if v, ok := trimChangelog(e.Value, lim.of(e.Topic)-batchOverhead-recordOverhead-len(e.Key)); ok {
-			e.Value = v
-			if refusalReason(err) == topics.ReasonRecordRefused {
-				e.TimestampNs = time.Now().UnixNano() // the topic may refuse the command's timestamp
-			}
-			return e
+		budget := lim.of(e.Topic) - batchOverhead - recordOverhead - len(e.Key)
+		for _, h := range e.Headers {
+			budget -= headerOverhead + len(h.Key) + len(h.Value)
 		}
+		v, ok := trimChangelog(e.Value, budget)
+		if !ok {
+			return e, fmt.Errorf("the changelog record of user %s (%d bytes) does not fit %s even without its history "+
+				"(max.message.bytes %d; refused with: %v); raise the topic's max.message.bytes: the record holds what the purge job must remove",
+				e.Key, len(e.Value), e.Topic, lim.of(e.Topic), err)
+		}
+		e.Value = v
+		if refusalReason(err) == topics.ReasonRecordRefused {
+			e.TimestampNs = time.Now().UnixNano() // the topic may refuse the command's timestamp
+		}
+		return e, nil
 	}
 	r := outboxItem{e: e}.record()
 	// The entry as its own source: the DLQ says what was refused.
@@ -267,5 +280,5 @@ func refusedEntry(e outboxEntry, set topics.Set, lim limits, err error) outboxEn
 	if s, ok := sourceOf(r); ok {
 		src.Topic, src.Partition, src.Offset = s.topic, s.partition, s.offset
 	}
-	return outboxFrom(minimalDeadLetter(set.DLQ, src, refusalReason(err), err), -1)
+	return outboxFrom(minimalDeadLetter(set.DLQ, lim.deadLetterBudget(set.DLQ), src, refusalReason(err), err), -1), nil
 }

@@ -29,9 +29,18 @@ import (
 // so the others in it are only suspects until refused on their own, after
 // which they go to the DLQ.
 
-// refusedBudget is the size of a DLQ copy made after a refusal: small
-// enough for any DLQ topic, large enough for headers and a head of value.
+// refusedBudget is the largest DLQ copy made after a refusal, when the
+// DLQ topic takes that much: large enough for headers and a head of value.
 const refusedBudget = 64 << 10
+
+// maxRefusals is how many times the broker may refuse what one record
+// became (a DLQ copy, an outbox record) before the processor halts: by
+// then it is a minimal copy or a trimmed changelog record sized by the
+// topics' limits read after the last refusal, so the broker refuses it
+// for something no retry can change, and producing it in every cycle
+// would stall every partition without a word. A limit changed since
+// starts the count again.
+const maxRefusals = 3
 
 // refusedByBroker reports whether err refuses this record for a reason of
 // its own: producing it again the same way cannot succeed.
@@ -75,6 +84,7 @@ type refusal struct {
 	err        error
 	deadLetter bool
 	alone      bool
+	tries      int // refusals of the input's outputs so far
 }
 
 type source struct {
@@ -97,32 +107,56 @@ func contentOf(r *kgo.Record) content {
 }
 
 // add remembers that out, produced for an input of the signals topic, was
-// refused with err.
-func (rf *refusals) add(out *kgo.Record, err error) {
+// refused with err, and returns how many times that input's DLQ copies
+// (or, for a forwarded or re-published copy, those) have been refused.
+func (rf *refusals) add(out *kgo.Record, err error) (tries int) {
 	rf.mu.Lock()
 	defer rf.mu.Unlock()
 	if src, ok := sourceOf(out); ok {
 		if rf.mu.bySource == nil {
 			rf.mu.bySource = make(map[source]refusal)
 		}
-		if _, dup := rf.mu.bySource[src]; !dup {
+		old, dup := rf.mu.bySource[src]
+		if !dup {
 			rf.n.Add(1)
 		}
-		rf.mu.bySource[src] = refusal{err: err, deadLetter: true}
-		return
+		rf.mu.bySource[src] = refusal{err: err, deadLetter: true, tries: old.tries + 1}
+		return old.tries + 1
 	}
 	if rf.mu.byContent == nil {
 		rf.mu.byContent = make(map[content]refusal)
 	}
 	c := contentOf(out)
-	if _, dup := rf.mu.byContent[c]; !dup {
+	old, dup := rf.mu.byContent[c]
+	if !dup {
 		rf.n.Add(1)
 	}
 	_, alone := out.Context.(producedAlone)
 	if p, ok := out.Context.(pinned); ok {
 		alone = p.alone
 	}
-	rf.mu.byContent[c] = refusal{err: err, alone: alone}
+	rf.mu.byContent[c] = refusal{err: err, alone: alone, tries: old.tries + 1}
+	return old.tries + 1
+}
+
+// forgetTooLarge drops the refusals for size: they were refused under
+// limits that have changed since, and the inputs are judged again under
+// the new ones.
+func (rf *refusals) forgetTooLarge() {
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	for src, rfl := range rf.mu.bySource {
+		if refusalReason(rfl.err) == topics.ReasonRecordTooLarge {
+			delete(rf.mu.bySource, src)
+			rf.n.Add(-1)
+		}
+	}
+	for c, rfl := range rf.mu.byContent {
+		if refusalReason(rfl.err) == topics.ReasonRecordTooLarge {
+			delete(rf.mu.byContent, c)
+			rf.n.Add(-1)
+		}
+	}
 }
 
 // producedAlone is the Context of a record produced in a batch of its own,
@@ -186,10 +220,11 @@ func sourceOf(r *kgo.Record) (source, bool) {
 }
 
 // minimalDeadLetter is the DLQ copy of r after a copy was refused: at most
-// refusedBudget bytes, stamped now rather than with r's timestamp, which
-// the DLQ topic may be the one refusing.
-func minimalDeadLetter(dlq topics.Topic, r *kgo.Record, reason topics.Reason, err error) *kgo.Record {
-	dl := deadLetterRecord(dlq, refusedBudget, r, reason, err)
+// refusedBudget bytes and at most budget (the DLQ topic's limit, see
+// limits.deadLetterBudget), stamped now rather than with r's timestamp,
+// which the DLQ topic may be the one refusing.
+func minimalDeadLetter(dlq topics.Topic, budget int, r *kgo.Record, reason topics.Reason, err error) *kgo.Record {
+	dl := deadLetterRecord(dlq, min(budget, refusedBudget), r, reason, err)
 	dl.Timestamp = time.Now()
 	return dl
 }

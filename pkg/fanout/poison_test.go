@@ -81,16 +81,40 @@ func TestRefusedEntry(t *testing.T) {
 	lim := limits{byTopic: map[string]int{string(set.Changelog): 500}}
 	// A changelog record stamped long ago, refused for its timestamp.
 	rec := topics.AppendMemberRecord(nil, topics.MemberRecord{UserID: 1, Status: "active"})
-	e := refusedEntry(outboxEntry{Topic: string(set.Changelog), Partition: -1, Key: []byte("1"), Value: rec, TimestampNs: 1}, set, lim, kerr.InvalidTimestamp)
-	if e.Topic != string(set.Changelog) || e.TimestampNs == 1 {
-		t.Fatalf("changelog replacement %+v: want the record again, stamped now", e)
+	e, err := refusedEntry(outboxEntry{Topic: string(set.Changelog), Partition: -1, Key: []byte("1"), Value: rec, TimestampNs: 1}, set, lim, kerr.InvalidTimestamp)
+	if err != nil || e.Topic != string(set.Changelog) || e.TimestampNs == 1 {
+		t.Fatalf("changelog replacement %+v, %v: want the record again, stamped now", e, err)
 	}
 	// A re-published command refused: a minimal DLQ copy naming it.
 	rp := republishRecord(&kgo.Record{Topic: string(set.Commands), Partition: 0, Offset: 9, Key: []byte("1"), Value: []byte(strings.Repeat("x", 100))}, 2)
-	e = refusedEntry(outboxFrom(rp, 2), set, lim, kerr.MessageTooLarge)
+	e, err = refusedEntry(outboxFrom(rp, 2), set, lim, kerr.MessageTooLarge)
 	r := outboxItem{e: e}.record()
-	if e.Topic != string(set.DLQ) || headerValue(r, topics.HeaderReason) != string(topics.ReasonRecordTooLarge) ||
+	if err != nil || e.Topic != string(set.DLQ) || headerValue(r, topics.HeaderReason) != string(topics.ReasonRecordTooLarge) ||
 		headerValue(r, topics.HeaderMisroutedFrom) != "0/9" {
-		t.Fatalf("re-published command's replacement: %+v", e)
+		t.Fatalf("re-published command's replacement: %+v, %v", e, err)
+	}
+}
+
+// TestRefusedEntryFollowsLimits: a refused entry is sized by the limits
+// it is given (read after the refusal), not by refusedBudget alone, and a
+// changelog record that cannot fit even without history is an error, not
+// a DLQ copy: it holds what the purge job must remove.
+func TestRefusedEntryFollowsLimits(t *testing.T) {
+	set := topics.Defaults()
+	dl := deadLetterRecord(set.DLQ, 1<<20, &kgo.Record{Topic: string(set.Signals), Offset: 4, Key: []byte("bad"),
+		Value: []byte(strings.Repeat("x", 100<<10))}, topics.ReasonKeyInvalid, errors.New("bad key"))
+	const dlqLimit = 20000
+	lim := limits{byTopic: map[string]int{string(set.DLQ): dlqLimit, string(set.Changelog): 300}}
+	e, err := refusedEntry(outboxFrom(dl, -1), set, lim, kerr.MessageTooLarge)
+	if r := (outboxItem{e: e}).record(); err != nil || !lim.fits(r) || r.Topic != string(set.DLQ) {
+		t.Fatalf("DLQ entry's replacement: %d bytes for %s, %v; want a DLQ copy within %d", batchBytes(r), r.Topic, err, dlqLimit)
+	}
+	windows := make([]topics.LateLeave, 20)
+	for i := range windows {
+		windows[i] = topics.LateLeave{LeftAtNs: uint64(i) + 1, ForwardedThroughNs: uint64(i) + 2, Exact: true}
+	}
+	rec := topics.AppendMemberRecord(nil, topics.MemberRecord{UserID: 1, Status: "left", LateLeaves: windows})
+	if _, err := refusedEntry(outboxEntry{Topic: string(set.Changelog), Partition: -1, Key: []byte("1"), Value: rec}, set, lim, kerr.MessageTooLarge); err == nil {
+		t.Fatal("a changelog record with 20 windows fit 300 bytes")
 	}
 }

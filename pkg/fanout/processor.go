@@ -370,9 +370,9 @@ func (p *Processor) setBetweenRuns(why string) {
 // runOnce is one run of the processor under the topics' layout as it
 // finds them, until ctx is done, a fatal error, or the topics change.
 //
-// It owns six goroutines and returns only after all have exited: the
+// It owns seven goroutines and returns only after all have exited: the
 // restore, the signals loop (its own), the commands side, the aligner,
-// the topics' watcher and the watch on the store (a failure in Pebble's
+// the topics' watcher, the limits' watcher and the watch on the store (a failure in Pebble's
 // background halts the run).
 func (p *Processor) runOnce(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -458,6 +458,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 			return listTopics(ctx, k.admCl, names)
 		},
 		log: p.cfg.Logger, off: p.cfg.UnsafeIgnoreTopology}).run)
+	run("limits", func(ctx context.Context) error { return k.lim.watch(ctx, p.cfg.TopologyInterval, p.cfg.Logger) })
 	applierDone := make(chan struct{})
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 		skip: p.cfg.UnsafeNoWindowRecovery,
@@ -601,17 +602,21 @@ func (p *Processor) adoptLayout(found layout, restored <-chan struct{}) (forgott
 // signals runs the signals side, replacing its session whenever the
 // outcome of a transaction is unknown.
 func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, applierDone <-chan struct{}, halt func(error)) error {
-	rules := signalRules{partitions: k.signalPartitions, skew: p.cfg.MaxFutureSkew, grace: p.cfg.grace()}
-	for _, r := range p.cfg.Topics.AllRoutes() {
-		rules.outs = append(rules.outs, routeOut{topic: string(r.Out), limit: k.lim.of(string(r.Out))})
-	}
 	for ctx.Err() == nil {
+		// The session's producer, its rules and its emitter share the
+		// limits of one read: the emitter replaces the session when they
+		// change (followLimits).
+		lim := k.lim.now()
+		rules := signalRules{partitions: k.signalPartitions, skew: p.cfg.MaxFutureSkew, grace: p.cfg.grace()}
+		for _, r := range p.cfg.Topics.AllRoutes() {
+			rules.outs = append(rules.outs, routeOut{topic: string(r.Out), limit: lim.of(string(r.Out))})
+		}
 		p.joined.Store(false) // a new session joins anew
-		s, err := p.newSession(own)
+		s, err := p.newSession(own, &lim)
 		if err != nil {
 			return err
 		}
-		l := newLoop(&p.cfg, s, newEmitter(s, p.cfg.Topics, k.lim, &p.refused, p.m, p.series, p.ev, halt))
+		l := newLoop(&p.cfg, s, newEmitter(s, p.cfg.Topics, lim, k.lim, &p.refused, p.m, p.series, p.ev, halt))
 		l.claims, l.gate, l.outbox, l.refused = &p.claims, p.gate, &p.outbox, &p.refused
 		l.m, l.series, l.ev, l.rules, l.kp, l.halt = p.m, p.series, p.ev, rules, newKeyPartition(), halt
 		l.applierDone, l.held, l.heldBytes = applierDone, &p.held, &p.heldBytes
@@ -628,13 +633,13 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 }
 
 // newSession makes the signals session: a group member of every route's
-// input whose assignments own answers.
-func (p *Processor) newSession(own *ownership) (session, error) {
+// input whose assignments own answers, producing within lim.
+func (p *Processor) newSession(own *ownership, lim *limits) (session, error) {
 	var inputs []string
 	for _, in := range p.cfg.Topics.Inputs() {
 		inputs = append(inputs, string(in))
 	}
-	opts := append(clientOpts(&p.cfg, &p.lim, "cohortgate-signals"),
+	opts := append(clientOpts(&p.cfg, lim, "cohortgate-signals"),
 		kgo.ConsumerGroup(p.cfg.Group),
 		kgo.ConsumeTopics(inputs...),
 		kgo.Balancers(balancerFor(inputs)),

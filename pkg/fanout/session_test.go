@@ -124,7 +124,7 @@ func TestForwardAllocatesNothing(t *testing.T) {
 	}
 	set := topics.Set{Commands: "c", Signals: "s", Cohort: "out", DLQ: "dlq", Changelog: "cl"}
 	s := &recordingSession{produced: make([]kgo.Record, 0, 2000)}
-	e := newEmitter(s, set, limits{}, &refusals{}, m, m.routes([]string{"s"}), *(&EventListener{}).EnsureDefaults(), func(error) {})
+	e := newEmitter(s, set, limits{}, nil, &refusals{}, m, m.routes([]string{"s"}), *(&EventListener{}).EnsureDefaults(), func(error) {})
 	in := &kgo.Record{Topic: "s", Key: []byte("42"), Value: []byte("v"), Offset: 1}
 	ctx := context.Background()
 	// A collection may empty the pool meanwhile: then one allocation.
@@ -150,7 +150,7 @@ func TestForwardedRecordIsClearedForReuse(t *testing.T) {
 	var outs []*kgo.Record
 	s := &pointerSession{keep: &outs}
 	set := topics.Set{Commands: "c", Signals: "s", Cohort: "out", DLQ: "dlq", Changelog: "cl"}
-	e := newEmitter(s, set, limits{}, &refusals{}, m, m.routes([]string{"s"}), *(&EventListener{}).EnsureDefaults(), func(error) {})
+	e := newEmitter(s, set, limits{}, nil, &refusals{}, m, m.routes([]string{"s"}), *(&EventListener{}).EnsureDefaults(), func(error) {})
 	in := &kgo.Record{Topic: "s", Key: []byte("42"), Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: "h"}}, Timestamp: time.UnixMilli(5)}
 	e.forward(context.Background(), in, 0, false)
 	if got := *outs[0]; got.Key != nil || got.Value != nil || got.Headers != nil || got.Topic != "" || !got.Timestamp.IsZero() {
@@ -198,7 +198,7 @@ func BenchmarkForward(b *testing.B) {
 		b.Fatal(err)
 	}
 	set := topics.Set{Commands: "c", Signals: "s", Cohort: "out", DLQ: "dlq", Changelog: "cl"}
-	e := newEmitter(&discardSession{}, set, limits{}, &refusals{}, m, m.routes([]string{"s"}), *(&EventListener{}).EnsureDefaults(), func(error) {})
+	e := newEmitter(&discardSession{}, set, limits{}, nil, &refusals{}, m, m.routes([]string{"s"}), *(&EventListener{}).EnsureDefaults(), func(error) {})
 	in := &kgo.Record{Topic: "s", Key: []byte("42"), Value: make([]byte, 100), Offset: 1}
 	ctx := context.Background()
 	b.ReportAllocs()

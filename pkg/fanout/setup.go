@@ -74,7 +74,7 @@ type kafka struct {
 	signalPartitions    int32 // of both input topics
 	changelogPartitions int32
 	layout              layout // the topics as found at start
-	lim                 limits
+	lim                 *liveLimits
 }
 
 func (k *kafka) close() {
@@ -85,8 +85,10 @@ func (k *kafka) close() {
 }
 
 // connect makes the clients and checks the topics (creating them when
-// allowed); lim is filled with their size limits before any producer
-// reads it.
+// allowed); lim is filled with their size limits as found at start
+// before any producer reads it (the clients connect makes produce only
+// to migrate commands; the signals session's producer follows the
+// limits as they change, see liveLimits).
 func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 	admCl, err := kgo.NewClient(clientOpts(cfg, lim, "cohortgate-admin")...)
 	if err != nil {
@@ -101,11 +103,12 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 	k.layout = layoutOf(cfg.Topics, details)
 	k.signalPartitions = k.layout.partitions()
 	k.changelogPartitions = k.layout.Changelog.Partitions
+	readAt := time.Now()
 	if *lim, err = readLimits(ctx, k.adm, cfg.Topics); err != nil {
 		k.adm.Close()
 		return nil, err
 	}
-	k.lim = *lim
+	k.lim = newLiveLimits(*lim, readAt, func(ctx context.Context) (limits, error) { return readLimits(ctx, k.adm, cfg.Topics) })
 	consumer := func(id string) []kgo.Opt {
 		return append(clientOpts(cfg, lim, id),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),

@@ -1,9 +1,16 @@
 package fanout
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
 	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -46,10 +53,96 @@ func batchBytes(r *kgo.Record) int {
 }
 
 // limits are the largest record batch each topic takes, from the topics'
-// max.message.bytes, read once at start; the producer is configured with
-// the same limits, so that what the broker would take the client takes too.
+// max.message.bytes, as read at one instant (see liveLimits); a signals
+// session's producer is configured with the limits read when it was made,
+// so that what the broker would take the client takes too.
 type limits struct {
 	byTopic map[string]int
+}
+
+// equal reports whether l and o give every topic the same limit.
+func (l limits) equal(o limits) bool { return maps.Equal(l.byTopic, o.byTopic) }
+
+// liveLimits are the topics' limits as last read: at start, then every
+// interval (watch), and again whenever a record is refused or judged too
+// large (since), so that no record is trimmed or dead-lettered against a
+// limit read before it was met. A limit changed while the processor runs
+// replaces the signals session (emitter.followLimits): franz-go sizes a
+// partition's batches once, when its producer first meets it. Safe for
+// concurrent use.
+type liveLimits struct {
+	read func(context.Context) (limits, error)
+	cur  atomic.Pointer[limits]
+	mu   struct {
+		sync.Mutex // serialises reads
+		// readAt is when the read that set cur began; failedAt, when
+		// the last read that failed did (a failure is not retried
+		// sooner than limitsRetry).
+		readAt, failedAt time.Time
+	}
+}
+
+// limitsReadTimeout bounds one read of the limits; limitsRetry is how long
+// a failed read holds off the next one.
+const (
+	limitsReadTimeout = 10 * time.Second
+	limitsRetry       = time.Second
+)
+
+// newLiveLimits starts from first, read at readAt, and reads again with read.
+func newLiveLimits(first limits, readAt time.Time, read func(context.Context) (limits, error)) *liveLimits {
+	l := &liveLimits{read: read}
+	l.cur.Store(&first)
+	l.mu.readAt = readAt
+	return l
+}
+
+// now returns the limits last read.
+func (l *liveLimits) now() limits { return *l.cur.Load() }
+
+// since returns limits read at t or later, reading them now if the last
+// read began before t. On a failure it returns the error and the limits
+// last read, which the caller must not settle a record against.
+func (l *liveLimits) since(ctx context.Context, t time.Time) (limits, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.mu.readAt.Before(t) {
+		return l.now(), nil
+	}
+	if !l.mu.failedAt.IsZero() && time.Since(l.mu.failedAt) < limitsRetry {
+		return l.now(), fmt.Errorf("the topics' max.message.bytes could not be read since %s", l.mu.failedAt.Format(time.RFC3339Nano))
+	}
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, limitsReadTimeout)
+	n, err := l.read(rctx)
+	cancel()
+	if err != nil {
+		l.mu.failedAt = start
+		return l.now(), err
+	}
+	l.cur.Store(&n)
+	l.mu.readAt, l.mu.failedAt = start, time.Time{}
+	return n, nil
+}
+
+// watch reads the limits every interval until ctx is done. A failed read
+// is logged and tried again; a missing ACL ends it with the error.
+func (l *liveLimits) watch(ctx context.Context, interval time.Duration, log interface{ Warn(string, ...any) }) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := l.since(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			if errors.Is(err, ErrNotAuthorized) {
+				return err
+			}
+			log.Warn("unable to read the topics' max.message.bytes", "err", err)
+		}
+	}
 }
 
 // of returns topic's limit, DefaultMaxMessageBytes when it is not known.
