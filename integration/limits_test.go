@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,5 +189,56 @@ func TestDLQLimitLoweredWhileRunning(t *testing.T) {
 	}
 	if got := e.forwardedValues(); len(got) != 1 || got[0] != string(after.Value) {
 		t.Errorf("forwarded %v, want [after]", shorten(got))
+	}
+}
+
+// TestDLQRefusingEveryCopyHalts lowers the DLQ topic's limit below any
+// DLQ copy while the processor runs: after a bounded number of refusals
+// it halts, naming the topic, instead of producing the copy again in
+// every cycle while no partition moves.
+func TestDLQRefusingEveryCopyHalts(t *testing.T) {
+	e := newEnv(t, 1)
+	pr := e.start(t.TempDir(), e.config())
+	pr.waitReady(t, 1)
+	e.setLimit(e.set.DLQ, 300)
+	// Every copy keeps the key (up to 1 KiB): none fits 300 bytes, and
+	// random, compression cannot make it.
+	key := make([]byte, 1000)
+	_, _ = rand.Read(key)
+	key[0] = 'k'
+	e.produce(&kgo.Record{Topic: string(e.set.Signals), Key: key, Value: []byte("bad"), Timestamp: base()})
+	select {
+	case err := <-pr.done:
+		pr.done <- err // for stop
+		if err == nil || !strings.Contains(err.Error(), string(e.set.DLQ)) || !strings.Contains(err.Error(), "3rd time") {
+			t.Fatalf("Run returned %v; want the DLQ's refusals named", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the processor did not halt within 60s")
+	}
+}
+
+// TestChangelogRecordThatCannotFitHalts lowers the changelog topic's
+// limit below a record with no history at all: the processor halts
+// naming the user and the limit (failing closed) instead of sending the
+// record, which holds the user's boundary, to the DLQ, where the purge
+// job would never read it.
+func TestChangelogRecordThatCannotFitHalts(t *testing.T) {
+	e := newEnv(t, 1)
+	pr := e.start(t.TempDir(), e.config())
+	pr.waitReady(t, 1)
+	e.setLimit(e.set.Changelog, 300)
+	e.command(topics.Leave, 7, base())
+	select {
+	case err := <-pr.done:
+		pr.done <- err // for stop
+		if err == nil || !strings.Contains(err.Error(), "user 7") || !strings.Contains(err.Error(), "max.message.bytes 300") {
+			t.Fatalf("Run returned %v; want the user's record and the limit named", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the processor did not halt within 60s")
+	}
+	if dl := e.readAll(e.set.DLQ); len(dl) != 0 {
+		t.Errorf("%d DLQ records; the changelog record must not go there", len(dl))
 	}
 }

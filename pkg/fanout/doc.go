@@ -179,7 +179,7 @@
 //   - outbox.go: records the store holds until they are produced;
 //   - poison.go: records the broker refused, and how they are settled;
 //   - records.go: DLQ and re-published records, record headers;
-//   - size.go: the size limits of the topics;
+//   - size.go: the size limits of the topics, read again while running;
 //   - changelog.go: changelog records;
 //   - partitioner.go: Kafka's murmur2 partitioning, and pinned records;
 //   - restore.go: the gate rebuilt from the store at start;

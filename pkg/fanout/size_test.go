@@ -2,12 +2,14 @@ package fanout
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -106,5 +108,36 @@ func TestDeadLetterRecord(t *testing.T) {
 	dl := deadLetterRecord("dlq", 20_000, huge, topics.ReasonKeyNotDecimal, cause)
 	if len(dl.Key) != topics.MaxTruncatedKey || headerValue(dl, topics.HeaderOriginalHeaders) != "1" || headerValue(dl, "h") != "" {
 		t.Fatalf("key of %d bytes, original headers %q, h kept: %v", len(dl.Key), headerValue(dl, topics.HeaderOriginalHeaders), headerValue(dl, "h") != "")
+	}
+}
+
+// TestLiveLimitsSince: since reads the limits again only when the last
+// read began before the instant asked for; a failed read returns the
+// limits last read with the error, and is not tried again sooner than
+// limitsRetry.
+func TestLiveLimitsSince(t *testing.T) {
+	start := time.Now()
+	var reads int
+	var fail error
+	l := newLiveLimits(limits{byTopic: map[string]int{"t": 100}}, start, func(context.Context) (limits, error) {
+		reads++
+		if fail != nil {
+			return limits{}, fail
+		}
+		return limits{byTopic: map[string]int{"t": 100 * (reads + 1)}}, nil
+	})
+	ctx := context.Background()
+	if got, err := l.since(ctx, start.Add(-time.Second)); err != nil || got.of("t") != 100 || reads != 0 {
+		t.Fatalf("since an instant before the first read: limit %d, %v, %d reads; want 100 without a read", got.of("t"), err, reads)
+	}
+	if got, err := l.since(ctx, time.Now()); err != nil || got.of("t") != 200 || reads != 1 || l.now().of("t") != 200 {
+		t.Fatalf("since now: limit %d, %v, %d reads; want 200 from a read", got.of("t"), err, reads)
+	}
+	fail = errors.New("broker away")
+	if got, err := l.since(ctx, time.Now()); !errors.Is(err, fail) || got.of("t") != 200 || reads != 2 {
+		t.Fatalf("a failed read: limit %d, %v, %d reads; want 200 and the error", got.of("t"), err, reads)
+	}
+	if _, err := l.since(ctx, time.Now()); err == nil || reads != 2 {
+		t.Fatalf("right after a failure: %v, %d reads; want an error without a read", err, reads)
 	}
 }
