@@ -242,3 +242,64 @@ func TestChangelogRecordThatCannotFitHalts(t *testing.T) {
 		t.Errorf("%d DLQ records; the changelog record must not go there", len(dl))
 	}
 }
+
+// TestChangelogLimitRaisedWhileRunning raises the changelog topic's limit
+// while the processor runs: the next record of a user whose records were
+// trimmed holds the whole history again, not one trimmed against the
+// limit read at start.
+func TestChangelogLimitRaisedWhileRunning(t *testing.T) {
+	e := newEnv(t, 1)
+	e.setLimit(e.set.Changelog, 2000)
+	pr := e.start(t.TempDir(), e.config())
+	pr.waitReady(t, 1)
+	const user, episodes = 9, 60
+	t0 := base()
+	var last *kgo.Record
+	for i := range episodes {
+		at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		e.command(topics.Leave, user, at)
+		last = e.command(topics.Rejoin, user, at.Add(5*time.Millisecond))
+	}
+	if before := waitLatestOf(e, user, last.Offset); before.HistoryOmitted == 0 {
+		t.Fatalf("before the change: %d episodes, none omitted; want some omitted under 2000 bytes", len(before.History))
+	}
+	e.signal(1, time.Now(), "before")
+	e.waitDecided()
+
+	e.setLimit(e.set.Changelog, 1<<20)
+	leave := e.command(topics.Leave, user, t0.Add(episodes*10*time.Millisecond))
+	rec := waitLatestOf(e, user, leave.Offset)
+	if rec.Status != "left" || rec.HistoryOmitted != 0 || len(rec.History) != episodes {
+		t.Fatalf("latest record: status %s, %d episodes and %d omitted; want left, %d episodes, none omitted",
+			rec.Status, len(rec.History), rec.HistoryOmitted, episodes)
+	}
+}
+
+// TestDLQLimitRaisedWhileRunning raises the DLQ topic's limit while the
+// processor runs: a bad signal of 1.5 MiB goes to the DLQ whole, with its
+// own reason, not cut to the limit read at start (record_too_large).
+func TestDLQLimitRaisedWhileRunning(t *testing.T) {
+	e := newEnv(t, 1)
+	e.setLimit(e.set.Signals, 4<<20)
+	pr := e.start(t.TempDir(), e.config())
+	pr.waitReady(t, 1)
+	e.signal(1, base(), "small")
+	e.waitDecided()
+
+	e.setLimit(e.set.DLQ, 3<<20)
+	value := make([]byte, 3<<19)
+	_, _ = rand.Read(value)
+	bad := &kgo.Record{Topic: string(e.set.Signals), Key: []byte("not-a-user"), Value: value, Timestamp: base()}
+	if err := e.bigProducer(4<<20).ProduceSync(e.ctx(30*time.Second), bad).FirstErr(); err != nil {
+		t.Fatalf("produce the large signal: %v", err)
+	}
+	e.waitDecided()
+	dl := findDLQ(e.readAll(e.set.DLQ), bad)
+	if dl == nil {
+		t.Fatal("no DLQ copy of the bad signal")
+	}
+	if !bytes.Equal(dl.Value, value) || header(dl, topics.HeaderReason) == string(topics.ReasonRecordTooLarge) {
+		t.Fatalf("DLQ copy of the bad signal: %d of %d bytes, reason %s; want it whole, with its own reason",
+			len(dl.Value), len(value), header(dl, topics.HeaderReason))
+	}
+}

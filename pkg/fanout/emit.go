@@ -119,7 +119,7 @@ func (e *emitter) republish(ctx context.Context, r *kgo.Record, want int32, sour
 }
 
 // produceOutbox produces the outbox record it, replaced first when the
-// broker refused it before or it does not fit its topic's limit
+// broker refused it before or it does not fit its topic's limit as it is
 // (refusedEntry). A changelog record that cannot be made to fit halts the
 // processor; it is produced all the same, so that the client refuses it,
 // the cycle aborts and the entry stays in the store.
@@ -127,6 +127,13 @@ func (e *emitter) produceOutbox(ctx context.Context, it *outboxItem) {
 	err := e.takeRefusedOutbox(it.seq)
 	if r := it.record(); err == nil && !e.lim.fits(r) {
 		err = fmt.Errorf("%w: %d bytes do not fit %s (max.message.bytes %d)", kerr.MessageTooLarge, batchBytes(r), r.Topic, e.lim.of(r.Topic))
+		if now, rerr := e.live.since(ctx, time.Now()); rerr == nil && !now.equal(e.lim) {
+			// Not trimmed against a limit that has changed: produced as
+			// it is, the client refuses it, the cycle aborts, and the
+			// next session, made with the limits as they are, produces
+			// it (followLimits).
+			err = nil
+		}
 	}
 	if err != nil {
 		ne, ferr := refusedEntry(it.e, e.topics, e.lim, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -504,43 +505,33 @@ func (l *loop) delivered() {
 	}
 }
 
-// recheck settles again, against the topics' limits as they are, a
-// verdict (of r, read from the input of route at fetchedNs, Unix ns) that
-// the session's limits make: a signal too large to forward, or a
-// misrouted one too large to re-publish, is dead-lettered only if it is
-// too large for a limit read after r was fetched; if it fits that limit
-// but not the session's, it waits for the next session
-// (emitter.followLimits replaces this one at the cycle's end), and while
-// the limits cannot be read it waits too. A refused record was refused
-// under the session's limits, which followLimits compared with the
-// topics' since: its verdict stands.
+// recheck settles again a verdict (of r, read from the input of route at
+// fetchedNs, Unix ns) whose output the topics' limits shape: a signal too
+// large to forward, one whose DLQ copy is cut to the DLQ's limit, a
+// misrouted one too large to re-publish. Such a verdict stands only if
+// the session's limits are those of a read made after r was fetched;
+// otherwise r waits for the next session (emitter.followLimits replaces
+// this one at the cycle's end), and while the limits cannot be read it
+// waits too. A refused record was refused under the session's limits,
+// which followLimits compared with the topics' since: its verdict stands.
 func (l *loop) recheck(ctx context.Context, r *kgo.Record, route int, fetchedNs int64, v verdict, refused bool) verdict {
 	e := l.out
-	var topic string
-	var size int
 	switch {
 	case refused:
 		return v
-	case v.act == actDeadLetter && v.reason == topics.ReasonRecordTooLarge:
-		topic, size = e.outs[route], batchBytes(r)
+	case v.act == actDeadLetter && v.reason != topics.ReasonRecordTooLarge:
+		if batchBytes(deadLetterRecord(e.topics.DLQ, math.MaxInt, r, v.reason, v.err)) <= e.dlqBudget {
+			return v // a whole copy
+		}
 	case v.act == actRepublish:
-		rp := republishRecord(r, v.want)
-		if e.lim.fits(rp) {
+		if e.lim.fits(republishRecord(r, v.want)) {
 			return v
 		}
-		topic, size = rp.Topic, batchBytes(rp)
-	default:
+	case v.act != actDeadLetter:
 		return v
 	}
-	now, err := e.live.since(ctx, time.Unix(0, fetchedNs))
-	if err != nil {
-		return verdict{act: actHold} // the watcher logs the failure (liveLimits.watch)
-	}
-	switch limit := now.of(topic); {
-	case size <= limit && size > e.lim.of(topic):
-		return verdict{act: actHold}
-	case v.act == actDeadLetter:
-		v.err = fmt.Errorf("signal of %d bytes does not fit %s (max.message.bytes %d)", userBytes(r), topic, limit)
+	if now, err := e.live.since(ctx, time.Unix(0, fetchedNs)); err != nil || !now.equal(e.lim) {
+		return verdict{act: actHold} // a failure is logged by the watcher (liveLimits.watch)
 	}
 	return v
 }
