@@ -196,14 +196,20 @@ func (l *loop) take(fetches kgo.Fetches) {
 			return
 		}
 		ln := pt.lanes[route]
-		if ln.start.Offset < 0 {
-			first := fp.Records[0]
-			ln.start = kgo.EpochOffset{Epoch: first.LeaderEpoch, Offset: first.Offset}
-		}
+		in := 0
 		for _, r := range fp.Records {
+			if r.Attrs.IsControl() {
+				continue // a transaction marker: no signal, but a position
+			}
+			if ln.start.Offset < 0 {
+				ln.start = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+			}
 			ln.q.push(r, now)
+			in++
 		}
-		l.series[route].in.Add(float64(len(fp.Records)))
+		l.series[route].in.Add(float64(in))
+		// The last record, a marker included, is the position: a
+		// partition ending with a marker is caught up at 0, not 1.
 		last := fp.Records[len(fp.Records)-1].Offset
 		l.m.lag.WithLabelValues(fp.Topic, strconv.Itoa(int(fp.Partition))).Set(float64(max(fp.HighWatermark-last-1, 0)))
 	})

@@ -641,6 +641,10 @@ func (p *Processor) newSession(own *ownership) (session, error) {
 		kgo.Balancers(balancerFor(inputs)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Transaction markers are handed to take, which skips them: they
+		// are how it knows a partition's position passed its last marker
+		// (its lag, 0 when caught up), which franz-go does not report.
+		kgo.KeepControlRecords(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(own.assigned),
 		kgo.OnPartitionsRevoked(own.revoked),
