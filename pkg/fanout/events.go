@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -304,6 +305,11 @@ type CycleInfo struct {
 
 func (i CycleInfo) String() string { return fmt.Sprintf("cycle %v: %v", i.Outcome, i.Err) }
 
+// errNoSnapshot is RestoredInfo.Fallback's cause when no snapshot file
+// exists: normal at a first start, a sign of a stop that was not clean
+// otherwise.
+var errNoSnapshot = errors.New("no snapshot")
+
 // RestoredInfo is the rebuild of the gate at start.
 type RestoredInfo struct {
 	// Members are the users restored, and Episodes their episodes; from a
@@ -577,7 +583,13 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 			}
 		},
 		Restored: func(i RestoredInfo) {
-			if i.Fallback != nil {
+			switch {
+			case i.Fallback == nil:
+			case errors.Is(i.Fallback, errNoSnapshot) && i.Members == 0 && i.Episodes == 0:
+				// A first start, or a store whose users never left: no
+				// snapshot was written because there was nothing to keep.
+				l.Info("no gate snapshot and no member in the store to restore (a first start)", "why", i.Fallback)
+			default:
 				l.Warn("gate snapshot not used; scanning the store", "why", i.Fallback)
 			}
 			l.Info("restored membership state", "members", i.Members, "episodes", i.Episodes,
