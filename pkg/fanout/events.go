@@ -92,12 +92,12 @@ func (i PartitionsInfo) String() string { return fmt.Sprintf("partitions %v", i.
 // CaughtUpInfo is a partition that caught up with its commands.
 type CaughtUpInfo struct {
 	Partition int32
-	Applied   int64         // the commands offset applied through
+	Applied   int64         // the next commands offset: every command below it is applied
 	Took      time.Duration // since its assignment
 }
 
 func (i CaughtUpInfo) String() string {
-	return fmt.Sprintf("partition %d caught up with its commands at offset %d in %v", i.Partition, i.Applied, i.Took)
+	return fmt.Sprintf("partition %d caught up with its commands below offset %d in %v", i.Partition, i.Applied, i.Took)
 }
 
 // OpenTransactionInfo is a commands partition held by an open transaction.
@@ -493,7 +493,10 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 		},
 		PartitionsRevoked: func(i PartitionsInfo) { l.Info("partitions released", "partitions", i.Partitions) },
 		CaughtUp: func(i CaughtUpInfo) {
-			l.Info("partition caught up with its commands; forwarding", "partition", i.Partition, "applied", i.Applied, "took", i.Took.String())
+			// An offset, not a count: commands from a committed offset, or
+			// a topic's start above 0, are not all applied here.
+			l.Info("partition caught up with its commands; forwarding", "partition", i.Partition,
+				"next_command_offset", i.Applied, "took", i.Took.String())
 		},
 		OpenTransaction: func(i OpenTransactionInfo) {
 			switch {

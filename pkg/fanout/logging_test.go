@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -61,5 +62,18 @@ func TestRestoreLogLevel(t *testing.T) {
 				t.Errorf("restore without a usable snapshot logged at %v, want one %s line:\n%s", levels, tc.level, buf.String())
 			}
 		})
+	}
+}
+
+// TestCaughtUpLogNamesAnOffset: the caught-up line gives the next commands
+// offset under a name that says it is one (an "applied=" read as a count
+// of commands applied, which it is not once a start resumes from a
+// committed offset).
+func TestCaughtUpLogNamesAnOffset(t *testing.T) {
+	var buf bytes.Buffer
+	MakeLoggingEventListener(slog.New(slog.NewTextHandler(&buf, nil))).CaughtUp(CaughtUpInfo{Partition: 3, Applied: 1200, Took: time.Second})
+	line := buf.String()
+	if !strings.Contains(line, " next_command_offset=1200 ") || strings.Contains(line, "applied=") {
+		t.Errorf("caught-up line %q: want next_command_offset=1200 and no applied=", line)
 	}
 }
