@@ -300,3 +300,58 @@ func TestScansBounded(t *testing.T) {
 	}
 	t.Logf("%d waits for forgotten answers: %d scan readers made, at most %d at once", n, readers.made-before, readers.most)
 }
+
+// TestCloseEndsScans: a wait left to a scan, for an answer that never
+// comes, ends when the client closes, not at its deadline, and the scan's
+// reader is closed.
+func TestCloseEndsScans(t *testing.T) {
+	brokers := processor(t)
+	var readers openReaders
+	c, err := client.New(client.Brokers(brokers...), client.Scans(1), client.KafkaHooks(readers.hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := timeout(t, 60*time.Second)
+	p, err := c.Leave(ctx, 77)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitReceipt(ctx, p); err != nil { // starts the watcher at p's timestamp
+		t.Fatal(err)
+	}
+	// Stamped before the watcher's start: a scan's; at an offset the
+	// processor never answered.
+	never := p
+	never.Offset += 1 << 40
+	never.Timestamp = p.Timestamp.Add(-time.Minute)
+	ended := make(chan error, 1)
+	c.ReceiptAsync(ctx, never, func(_ topics.MemberRecord, err error) { ended <- err })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		readers.mu.Lock()
+		open := readers.open
+		readers.mu.Unlock()
+		if open == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d scan readers open after 30s, want 1", open)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Close()
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "closed") {
+			t.Errorf("the scan's wait ended with %v, want the client closed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the scan's wait still open 10s after Close")
+	}
+	readers.mu.Lock()
+	defer readers.mu.Unlock()
+	if readers.open != 0 {
+		t.Errorf("%d scan readers open after Close", readers.open)
+	}
+}
