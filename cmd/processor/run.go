@@ -57,6 +57,7 @@ type runOptions struct {
 	unsafeNoWindow bool
 	unsafeNoIDs    bool
 	unsafeNoTopo   bool
+	unsafeClock    string
 	handoverReplay bool
 	logLevel       string
 	logFormat      string
@@ -183,6 +184,7 @@ func defineRun(f *flags, o *runOptions, embedded bool) {
 	f.BoolVar(&o.unsafeNoWindow, "unsafe-no-window-recovery", false, "UNSAFE, for chaos control runs only: do not recover earlier owners' late-leave windows from the changelog")
 	f.BoolVar(&o.unsafeNoIDs, "unsafe-restore-without-identities", false, "UNSAFE, for chaos control runs only: restore an empty owner's users from the changelog without their command identities, so that a command delivered again is applied as new")
 	f.BoolVar(&o.unsafeNoTopo, "unsafe-ignore-topology", false, "UNSAFE, for chaos control runs only: go on under the partition counts found at start when the topics grow, so commands in new partitions are read by nobody")
+	f.StringVar(&o.unsafeClock, "unsafe-clock-offset-file", "", "UNSAFE, for chaos runs only: the wall clock this processor reads is the system's plus the duration in this file (60s, -3s; re-read every 20ms), so that a run can step it")
 	f.BoolVar(&o.handoverReplay, "handover-replay", false, "on a partition this instance has no state for, replay its commands from offset 0 instead of restoring its users from the changelog (slower; for comparisons)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -345,11 +347,16 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 			"addr", strings.Join(brokers, ","), "log_dir", dir)
 	}
 
-	if o.unsafeNoSync || o.unsafeSkipCmds || o.unsafeLSO || o.unsafeNoWindow || o.unsafeNoIDs || o.unsafeNoTopo {
+	if o.unsafeNoSync || o.unsafeSkipCmds || o.unsafeLSO || o.unsafeNoWindow || o.unsafeNoIDs || o.unsafeNoTopo || o.unsafeClock != "" {
 		log.Warn("UNSAFE flags set: this processor may lose state or leak signals; for chaos control runs only",
 			"unsafe_no_sync", o.unsafeNoSync, "unsafe_skip_commands", o.unsafeSkipCmds,
 			"unsafe_observe_lso", o.unsafeLSO, "unsafe_no_window_recovery", o.unsafeNoWindow,
-			"unsafe_restore_without_identities", o.unsafeNoIDs, "unsafe_ignore_topology", o.unsafeNoTopo)
+			"unsafe_restore_without_identities", o.unsafeNoIDs, "unsafe_ignore_topology", o.unsafeNoTopo,
+			"unsafe_clock_offset_file", o.unsafeClock)
+	}
+	var wall func() time.Time // the system's
+	if o.unsafeClock != "" {
+		wall = (&offsetClock{path: o.unsafeClock}).now
 	}
 	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log, NoSync: o.unsafeNoSync})
 	if err != nil {
@@ -398,6 +405,7 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		UnsafeRestoreWithoutIdentities: o.unsafeNoIDs,
 		UnsafeIgnoreTopology:           o.unsafeNoTopo,
 		HandoverReplay:                 o.handoverReplay,
+		Now:                            wall,
 		// Written at a clean stop, so that the next start loads the gate
 		// instead of scanning the store, which takes minutes at 100M members.
 		GateSnapshot: filepath.Join(o.dataDir, "gate.snapshot"),
