@@ -33,18 +33,21 @@ import (
 // Failures of the first two come in bursts (a fetch is retried within
 // franz-go's retry backoff, under 3 s; an aborted cycle's records come
 // back within a few cycles), so a streak with no failure for
-// stallQuiet also ends: nothing is being tried, so nothing is stuck
-// trying. Whatever then waits without being tried is a held or a cycle
-// stall.
+// stallQuiet also ends (for aborts, once a cycle has ended since the
+// last: a slow cycle that will abort again is not quiet): nothing is
+// being tried, so nothing is stuck trying. Whatever then waits without
+// being tried is a held or a cycle stall.
 //
 // Durations are measured on the monotonic clock (now is time.Now, whose
 // readings carry it): a step of the wall clock neither starts nor ends a
 // stall.
 //
-// The signals loop reports what happens (loopStarted, cycleEnded, fetch,
-// fetched, deciding, dropped), the watch's own goroutine (run) judges
-// every tick, reports a stall's start and end to the EventListener and
-// publishes it for Ready; all methods are safe for concurrent use.
+// The signals loop reports what happens (loopStarted, cycleEnded,
+// fetchFailed, fetched, deciding, dropped, loopStopped) and the
+// processor's events report produce failures (listener); the watch's own
+// goroutine (run, check) judges every tick, reports a stall's start and
+// end to the EventListener and publishes it for Ready (current). All but
+// check are safe for concurrent use.
 type stallWatch struct {
 	after     time.Duration // Config.StallTimeout: aborts, fetch, cycle
 	heldAfter time.Duration // after + Grace + MaxFutureSkew: held
@@ -217,7 +220,7 @@ func (w *stallWatch) judge(now time.Time) *Stall {
 	}
 	if a := &w.mu.aborts; !a.since.IsZero() {
 		switch {
-		case now.Sub(a.last) >= stallQuiet:
+		case now.Sub(a.last) >= stallQuiet && w.mu.cycle.After(a.last):
 			*a = streak{}
 		case now.Sub(a.since) >= w.after:
 			consider(&Stall{Cause: StallAborts, Partition: -1, Since: a.since, Err: a.err})

@@ -122,6 +122,21 @@ func TestStallWatch(t *testing.T) {
 		}
 	})
 
+	t.Run("slow cycles that abort stay a stall", func(t *testing.T) {
+		f := newFakeStall(t, after, NoStallHalt)
+		f.loopStarted()
+		// Each cycle takes longer than stallQuiet and less than the bound.
+		slow := stallQuiet + time.Second
+		for range 4 {
+			_ = f.advance(slow, step, nil)
+			f.cycleEnded(Aborted, true, nil)
+		}
+		_ = f.advance(step, step, nil)
+		if s := f.stalled(StallAborts); f.at.Sub(s.Since) < 4*slow {
+			t.Errorf("stalled since %v ago, want the first slow cycle's beginning", f.at.Sub(s.Since))
+		}
+	})
+
 	t.Run("aborts of empty cycles are no stall", func(t *testing.T) {
 		f := newFakeStall(t, after, NoStallHalt)
 		f.loopStarted()
