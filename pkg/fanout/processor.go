@@ -471,6 +471,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 			return nil
 		}
 	})
+	p.stall.reset()
 	run("liveness", p.stall.run)
 	run("topology", (&watcher{interval: p.cfg.TopologyInterval, found: k.layout, topics: p.cfg.Topics,
 		list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {

@@ -124,12 +124,22 @@ func (w *stallWatch) loopStarted() {
 
 // loopStopped: the signals loop returned (its session is replaced, or the
 // run ends); until the next one starts no cycle is expected, and what it
-// held is gone.
+// held and fetched is gone. A streak of aborts goes on: sessions replaced
+// one after the other (each ending with an unknown outcome) are no
+// progress.
 func (w *stallWatch) loopStopped() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.mu.cycle = time.Time{}
-	w.mu.aborts = streak{}
+	clear(w.mu.fetch)
+	clear(w.mu.held)
+}
+
+// reset forgets every streak: a run begins (before its goroutines).
+func (w *stallWatch) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.mu.cycle, w.mu.aborts = time.Time{}, streak{}
 	clear(w.mu.fetch)
 	clear(w.mu.held)
 }

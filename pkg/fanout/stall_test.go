@@ -137,6 +137,19 @@ func TestStallWatch(t *testing.T) {
 		}
 	})
 
+	t.Run("sessions replaced one after the other stay a stall", func(t *testing.T) {
+		f := newFakeStall(t, after, NoStallHalt)
+		for range 6 { // each session joins for 2 s, then its first cycle's end fails
+			_ = f.advance(2*time.Second, step, nil)
+			f.loopStarted()
+			_ = f.advance(step, step, nil)
+			f.cycleEnded(Unknown, true, errors.New("unable to end transaction"))
+			f.loopStopped()
+		}
+		_ = f.advance(step, step, nil)
+		f.stalled(StallAborts)
+	})
+
 	t.Run("aborts of empty cycles are no stall", func(t *testing.T) {
 		f := newFakeStall(t, after, NoStallHalt)
 		f.loopStarted()
