@@ -88,8 +88,8 @@ type Config struct {
 	// while it says it is ready (the README's liveness rule): cycles that
 	// carry records all abort, an owned input partition's fetches all
 	// fail, or no cycle ends, for this long; or a caught-up partition
-	// decides none of its held signals for this long past Grace and
-	// MaxFutureSkew. The processor is then not ready, saying why, until
+	// decides none of its held signals, and applies no command, for this
+	// long past Grace and MaxFutureSkew. The processor is then not ready, saying why, until
 	// progress resumes. Default 20s: well above what a broker's leader
 	// election or a rebalance holds the loop up (franz-go's leader map is
 	// kept up to 5 s, its retry backoff is under 3 s), well below what an

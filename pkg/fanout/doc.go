@@ -86,9 +86,10 @@
 // Liveness: no fault may leave the signals side looping without progress
 // while the processor says it is ready. A stall (stall.go: cycles that
 // carry records all abort, an owned partition's fetches all fail, a
-// caught-up partition decides none of its held signals, no cycle ends)
-// that lasts StallTimeout makes Ready false with its cause, until progress
-// resumes; one that lasts StallHalt halts the run with a *StallError.
+// caught-up partition decides none of its held signals nor applies a
+// command, no cycle ends) that lasts StallTimeout makes Ready false with
+// its cause, until progress resumes; one that lasts StallHalt halts the
+// run with a *StallError.
 //
 // # Goroutines
 //

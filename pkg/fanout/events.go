@@ -321,9 +321,9 @@ const (
 	StallAborts StallCause = "aborts"
 	// StallFetch: every fetch of an owned input partition failed.
 	StallFetch StallCause = "fetch"
-	// StallHeld: a caught-up partition held signals and decided none for
-	// StallTimeout past Grace and MaxFutureSkew (a transaction left open
-	// on its commands excepted).
+	// StallHeld: a caught-up partition held signals, decided none and
+	// applied no command for StallTimeout past Grace and MaxFutureSkew (a
+	// transaction left open on its commands excepted).
 	StallHeld StallCause = "held"
 	// StallCycle: no cycle ended (a poll, a flush or a transaction's end
 	// that does not return).

@@ -276,7 +276,7 @@ func (l *loop) decideAll(ctx context.Context) {
 		// its commands holds it (the broker bounds that).
 		exempt := !c.caughtUp.Load() || c.openTxnSinceNs.Load() != 0
 		if !pt.holding() {
-			l.stall.deciding(p, false, false, exempt)
+			l.stall.deciding(p, false, false, exempt, 0)
 			continue
 		}
 		c.fwd.begin() // before any gate read of the pass: see forwarded
@@ -295,7 +295,7 @@ func (l *loop) decideAll(ctx context.Context) {
 		}
 		c.fwd.end(pt.pass)
 		pt.pass = pt.pass[:0]
-		l.stall.deciding(p, pt.holding(), decided, exempt)
+		l.stall.deciding(p, pt.holding(), decided, exempt, c.applied.Load())
 	}
 	l.held.Store(int64(l.heldCount()))
 }

@@ -19,7 +19,9 @@ import (
 //     records may not be fetched again within the next cycle.
 //   - fetch: fetches of an owned input partition fail, and none brings
 //     records.
-//   - held: a caught-up partition holds signals and decides none. A
+//   - held: a caught-up partition holds signals, decides none, and its
+//     commands applied do not move (signals waiting while a backlog of
+//     commands is applied, a bulk leave job's, wait on progress). A
 //     signal waits out Grace, and one stamped ahead of the clock up to
 //     MaxFutureSkew more: that wait is no stall, so this one counts from
 //     StallTimeout past both. Signals held by a transaction left open on
@@ -88,10 +90,12 @@ type inputPartition struct {
 }
 
 // streak is a run of failures: since the first, last the latest, err
-// what the latest said. The zero streak is none.
+// what the latest said; for held, applied is the commands offset applied
+// when it began. The zero streak is none.
 type streak struct {
 	since, last time.Time
 	err         error
+	applied     int64
 }
 
 func (s *streak) fail(now time.Time, err error) {
@@ -190,18 +194,19 @@ func (w *stallWatch) fetched(topic string, partition int32) {
 }
 
 // deciding: a decision pass went over an owned partition. It holds
-// signals or not, decided at least one or not; exempt says its waiting is
-// not the processor's (not caught up yet: Ready says so already; held by
-// a transaction left open on its commands).
-func (w *stallWatch) deciding(partition int32, holding, decided, exempt bool) {
+// signals or not, decided at least one or not, has applied its commands
+// below applied; exempt says its waiting is not the processor's (not
+// caught up yet: Ready says so already; held by a transaction left open
+// on its commands).
+func (w *stallWatch) deciding(partition int32, holding, decided, exempt bool, applied int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !holding || decided || exempt {
 		delete(w.mu.held, partition)
 		return
 	}
-	if _, ok := w.mu.held[partition]; !ok {
-		w.mu.held[partition] = &streak{since: w.now()}
+	if s, ok := w.mu.held[partition]; !ok || s.applied != applied {
+		w.mu.held[partition] = &streak{since: w.now(), applied: applied}
 	}
 }
 

@@ -200,9 +200,9 @@ func TestStallWatch(t *testing.T) {
 		f.loopStarted()
 		pass := func() {
 			f.cycleEnded(Committed, false, nil)
-			f.deciding(1, true, false, false)
-			f.deciding(2, true, false, true) // exempt: never a stall
-			f.deciding(4, true, true, false) // decides: never a stall
+			f.deciding(1, true, false, false, 10)
+			f.deciding(2, true, false, true, 10) // exempt: never a stall
+			f.deciding(4, true, true, false, 10) // decides: never a stall
 		}
 		// Grace (1s) and MaxFutureSkew (2s) are waited out before the bound.
 		_ = f.advance(after+3*time.Second-step, step, pass)
@@ -211,8 +211,20 @@ func TestStallWatch(t *testing.T) {
 		if s := f.stalled(StallHeld); s.Partition != 1 {
 			t.Errorf("held stall of partition %d, want 1", s.Partition)
 		}
-		f.deciding(1, false, true, false)
+		f.deciding(1, false, true, false, 10)
 		_ = f.advance(step, step, nil)
+		f.notStalled()
+	})
+
+	t.Run("held behind a backlog of commands", func(t *testing.T) {
+		f := newFakeStall(t, after, NoStallHalt)
+		f.loopStarted()
+		applied := int64(0)
+		_ = f.advance(3*after, step, func() {
+			f.cycleEnded(Committed, false, nil)
+			applied++ // the commands side applies a bulk job's leaves
+			f.deciding(5, true, false, false, applied)
+		})
 		f.notStalled()
 	})
 
