@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"errors"
+	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -46,7 +48,7 @@ func TestRecreatedOutputStallsVisibly(t *testing.T) {
 	e.recreate(e.set.Cohort)
 	out := e.watchOutput(e.set.Cohort)
 	e.signal(2, time.Now(), "after")
-	why := holdsLiveness(t, pr, 60*time.Second, func() bool { return out.hasValue("after") })
+	why := holdsLiveness(t, pr.Ready, 60*time.Second, func() bool { return out.hasValue("after") })
 	if why == "" {
 		t.Logf("production resumed on the new topic without a stall")
 		return
@@ -133,7 +135,7 @@ func TestRecreatedInputOrChangelogIsLive(t *testing.T) {
 				e.command(topics.Leave, 7, time.Now())
 				progressed = func() bool { return out.hasKey("7") }
 			}
-			why := holdsLiveness(t, pr, 90*time.Second, progressed)
+			why := holdsLiveness(t, pr.Ready, 90*time.Second, progressed)
 			if why != "" {
 				t.Logf("stalled visibly: %s", why)
 				if n := metricValue(t, pr.reg, fanout.MetricStalls, nil); n < 1 {
@@ -144,12 +146,13 @@ func TestRecreatedInputOrChangelogIsLive(t *testing.T) {
 	}
 }
 
-// holdsLiveness watches pr until progressed reports true (it returns "")
-// or pr says it is not ready because it is stalled (it returns why), and
-// fails the test if pr says it is ready, without progress, for longer
-// than stallTimeout+stallSlack (the README's liveness rule), or if
-// neither happens within deadline.
-func holdsLiveness(t *testing.T, pr *proc, deadline time.Duration, progressed func() bool) string {
+// holdsLiveness watches a processor's readiness (Processor.Ready, or
+// /readyz) until progressed reports true (it returns "") or the processor
+// says it is not ready because it is stalled (it returns why), and fails
+// the test if it says it is ready, without progress, for longer than
+// stallTimeout+stallSlack (the README's liveness rule), or if neither
+// happens within deadline.
+func holdsLiveness(t *testing.T, ready func() (bool, string), deadline time.Duration, progressed func() bool) string {
 	t.Helper()
 	start := time.Now()
 	var readySince time.Time // zero while not ready
@@ -157,7 +160,7 @@ func holdsLiveness(t *testing.T, pr *proc, deadline time.Duration, progressed fu
 		if progressed() {
 			return ""
 		}
-		ok, why := pr.Ready()
+		ok, why := ready()
 		now := time.Now()
 		switch {
 		case !ok && strings.HasPrefix(why, "stalled"):
@@ -175,6 +178,56 @@ func holdsLiveness(t *testing.T, pr *proc, deadline time.Duration, progressed fu
 			t.Fatalf("neither progress nor a stall within %v (ready %v: %s)", deadline, ok, why)
 		}
 		time.Sleep(wait) // polling interval of a condition with a deadline, not a synchronization
+	}
+}
+
+// TestBinaryStallAnswers503ThenExits is TestRecreatedOutputStallsVisibly
+// through `processor run` and its flags, as an orchestrator sees it:
+// /readyz answers 503 naming the stall, /metrics counts it and
+// /v1/partitions names it on the partition, and past --stall-halt the
+// process exits non-zero (a pod's container is restarted).
+func TestBinaryStallAnswers503ThenExits(t *testing.T) {
+	e := newEnv(t, 1)
+	b := e.runBinary(t.TempDir(), "--create-topics=false",
+		"--stall-timeout", stallTimeout.String(), "--stall-halt", (3 * stallTimeout).String())
+	b.waitReady(t)
+	e.signal(1, time.Now(), "before")
+	e.waitDecided()
+
+	e.recreate(e.set.Cohort)
+	out := e.watchOutput(e.set.Cohort)
+	e.signal(2, time.Now(), "after")
+	readyz := func() (bool, string) {
+		code, body, err := b.get("/readyz")
+		if err != nil {
+			t.Fatalf("/readyz: %v", err)
+		}
+		return code == http.StatusOK, strings.TrimSpace(body)
+	}
+	why := holdsLiveness(t, readyz, 60*time.Second, func() bool { return out.hasValue("after") })
+	if why == "" {
+		t.Logf("production resumed on the new topic without a stall")
+		return
+	}
+	if code, body, err := b.get("/v1/partitions"); err != nil || code != http.StatusOK || !strings.Contains(body, `"stalled"`) {
+		t.Errorf("/v1/partitions %d %v: %s; want the partition's stall", code, err, body)
+	}
+	m := b.metrics(t)
+	if n := m[fanout.MetricStalls].get("cause=aborts") + m[fanout.MetricStalls].get("cause=cycle"); n < 1 {
+		t.Errorf("%s = %v, want the stall counted", fanout.MetricStalls, m[fanout.MetricStalls])
+	}
+	if s := m[fanout.MetricStalledSeconds].get(""); s <= 0 {
+		t.Errorf("%s = %v, want the stall's length", fanout.MetricStalledSeconds, s)
+	}
+	select {
+	case err := <-b.exited:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 || !strings.Contains(b.stderr.String(), "no progress for") {
+			t.Fatalf("processor exited with %v; want a non-zero exit saying it made no progress", err)
+		}
+		t.Logf("exited with %v", err)
+	case <-time.After(3*stallTimeout + 60*time.Second):
+		t.Fatalf("processor still running %v after a stall that lasts", 3*stallTimeout+60*time.Second)
 	}
 }
 
