@@ -165,8 +165,15 @@ type Config struct {
 	EventListener EventListener
 	// Registerer receives the processor's metrics. Default: none kept.
 	Registerer prometheus.Registerer
-	// Now is the wall clock. Default time.Now. Tests may skew it.
+	// Now is the wall clock: the instants the processor records and the
+	// instant an observation of the commands was sent (see clock.go for
+	// how a step of it is followed). Default time.Now. Tests may step it.
 	Now func() time.Time
+	// Monotonic is a clock that is never stepped, as time elapsed since an
+	// arbitrary origin: every duration the processor measures, and the
+	// order of its own events. Default: the time since the Processor was
+	// made, by the runtime's monotonic clock.
+	Monotonic func() time.Duration
 }
 
 // Defaults for Config fields left zero.
@@ -247,6 +254,9 @@ func (c *Config) EnsureDefaults() *Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Monotonic == nil {
+		c.Monotonic = monotonicSince()
 	}
 	return c
 }

@@ -52,10 +52,13 @@
 // adds to a signal is Grace, plus up to AlignInterval, plus the time to
 // fetch and apply the commands observed.
 //
-// Clocks: Config.Now decides (alignment deadlines, the future skew of
-// signals, receipts); time.Now only measures (cycle lengths, hold
-// histograms). An observation stamped before the newest one is ignored, so
-// a clock stepping back by d delays decisions by at most d.
+// Clocks (clock.go): Config.Now, the wall clock, may be stepped at any
+// instant; Config.Monotonic may not. Every duration and the order of a
+// run's own events are monotonic; an observation is stamped with a reading
+// of the wall clock that follows a forward step only at a slew of 1 ms per
+// second, and a signal's future skew is judged once, when it is fetched,
+// against a reading that does not follow a backward step. So no step
+// releases a held signal early or dead-letters a valid one.
 //
 // A signal stamped more than MaxFutureSkew ahead of the processor's clock
 // would hold its partition; it goes to the DLQ with reason
@@ -199,6 +202,7 @@
 //   - authz.go: authorization failures;
 //   - store.go: the Store the processor needs;
 //   - config.go: Config;
+//   - clock.go: the wall and monotonic clocks, and what each decides;
 //   - events.go: the EventListener and its infos, Outcome;
 //   - doc.go: this.
 //

@@ -338,8 +338,10 @@ type Stall struct {
 	// Partition is the partition that makes no progress (StallFetch,
 	// StallHeld), -1 when every partition is stalled.
 	Partition int32
-	// Since is when the first failure of the stall's streak was seen (on
-	// the monotonic clock: compare it with time.Since only).
+	// Since is when the first failure of the stall's streak was seen, on
+	// the processor's monotonic clock (Config.Monotonic, from an origin of
+	// its own): only its distance from another such instant means
+	// anything.
 	Since time.Time
 	Err   error // the latest failure, nil when the cause has none
 }

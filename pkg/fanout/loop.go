@@ -22,6 +22,7 @@ import (
 // CommitInterval (end, with the session's Outcome).
 type loop struct {
 	cfg     *Config
+	clk     *clock // reads the fetch and pass times: see clock.go
 	s       session
 	out     *emitter
 	claims  *claims
@@ -52,17 +53,17 @@ type loop struct {
 	// before and were settled otherwise: their refusals are forgotten once
 	// the cycle's output is durable.
 	settledRefused []*kgo.Record
-	// passNs is the wall clock, in Unix ns, read once per decision pass
-	// for the hold histogram.
-	passNs int64
+	// passMono is the monotonic clock, read once per decision pass for
+	// the hold histogram.
+	passMono int64
 	// carried says the current cycle produced a record: only such a
 	// cycle's abort is a failure to progress.
 	carried bool
 }
 
 // newLoop makes the loop of session s.
-func newLoop(cfg *Config, s session, out *emitter) *loop {
-	l := &loop{cfg: cfg, s: s, out: out, route: make(map[string]int), parts: make(map[int32]*part)}
+func newLoop(cfg *Config, clk *clock, s session, out *emitter) *loop {
+	l := &loop{cfg: cfg, clk: clk, s: s, out: out, route: make(map[string]int), parts: make(map[int32]*part)}
 	for i, in := range cfg.Topics.Inputs() {
 		l.inputs = append(l.inputs, string(in))
 		l.route[string(in)] = i
@@ -191,7 +192,7 @@ func (l *loop) take(fetches kgo.Fetches) {
 			l.stall.fetchFailed(t, p, err)
 		}
 	})
-	now := time.Now().UnixNano()
+	now := l.clk.read()
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		if len(fp.Records) == 0 {
 			return
@@ -265,22 +266,21 @@ func (l *loop) holding() bool {
 // in its lane: offsets are committed in order. The lanes of one partition
 // share its claim's alignment and record of forwarded signals.
 func (l *loop) decideAll(ctx context.Context) {
-	now := l.cfg.Now().UnixNano()
-	// One wall-clock read per pass for the hold histogram: per signal, the
+	// One clock read per pass for the hold histogram: per signal, the
 	// clock was a measurable share of the processor's CPU.
-	l.passNs = time.Now().UnixNano()
+	l.passMono = l.clk.monoNow()
 	for p, pt := range l.parts {
 		c := pt.c
 		// Waiting is not the loop's to answer for while the partition
 		// catches up (Ready says so) or while a transaction left open on
 		// its commands holds it (the broker bounds that).
-		exempt := !c.caughtUp.Load() || c.openTxnSinceNs.Load() != 0
+		exempt := !c.caughtUp.Load() || c.openTxn.Load()
 		if !pt.holding() {
 			l.stall.deciding(p, false, false, exempt, 0)
 			continue
 		}
 		c.fwd.begin() // before any gate read of the pass: see forwarded
-		av := alignView{nowNs: now, assignedNs: c.notBefore()}
+		var av alignView
 		av.through, av.known = c.alignedThrough()
 		decided := false
 		for route, ln := range pt.lanes {
@@ -314,7 +314,7 @@ func (pt *part) holding() bool {
 func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av alignView) bool {
 	r, c := h.r, pt.c
 	rfl, refused := l.refused.take(r)
-	v := l.rules.judge(l.kp, r, route, rfl, refused, av)
+	v := l.rules.judge(l.kp, r, route, rfl, refused, h.seenNs, av)
 	if v.act == actHold {
 		return false
 	}
@@ -332,7 +332,7 @@ func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av align
 		c.publishDeciding(route, r.Offset, v.tsNs) // before asking the gate: see claim
 		// A fair sample of the hold: input offsets are independent of it.
 		if r.Offset%latencySample == 0 {
-			l.m.holdSeconds.Observe(float64(l.passNs-h.fetchedNs) / 1e9)
+			l.m.holdSeconds.Observe(float64(l.passMono-h.fetchedMono) / 1e9)
 		}
 		if !l.gate.Allows(v.user, uint64(v.tsNs)) {
 			l.series[route].droppedLeft.Inc()

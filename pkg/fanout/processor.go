@@ -26,6 +26,7 @@ type Processor struct {
 	m      *metrics
 	series []routeSeries // the routes' per-signal series
 	ev     EventListener // Config.EventListener, the metrics' and the log's
+	clk    *clock        // Config.Now and Config.Monotonic: see clock.go
 
 	claims  claims
 	outbox  outbox
@@ -67,7 +68,7 @@ func New(cfg Config, store Store) (*Processor, error) {
 	if store == nil {
 		return nil, errors.New("fanout: nil store")
 	}
-	p := &Processor{cfg: cfg, store: store, gate: gate.New()}
+	p := &Processor{cfg: cfg, store: store, gate: gate.New(), clk: newClock(cfg.Now, cfg.Monotonic)}
 	p.outbox.store = store
 	m, err := newMetrics(cfg.Registerer, gauges{
 		gateMembers: func() float64 { return float64(p.gate.Len()) },
@@ -138,7 +139,7 @@ func (p *Processor) Ready() (ok bool, why string) {
 		return false, "joining the consumer group"
 	}
 	if s := p.stall.current(); s != nil {
-		return false, fmt.Sprintf("stalled (%s) for %v: %v", s.Cause, time.Since(s.Since).Round(time.Second), s)
+		return false, fmt.Sprintf("stalled (%s) for %v: %v", s.Cause, p.stall.lasted(s).Round(time.Second), s)
 	}
 	if n := p.restoring(); n > 0 {
 		return false, fmt.Sprintf("%d partition(s) catching up with their commands", n)
@@ -191,7 +192,7 @@ type InputStatus struct {
 
 // Partitions lists the partitions this instance owns, ordered by number.
 func (p *Processor) Partitions() []PartitionStatus {
-	now := p.cfg.Now().UnixNano()
+	now := p.clk.monoNow()
 	stall := p.stall.current()
 	var out []PartitionStatus
 	for _, c := range p.claims.all() {
@@ -202,7 +203,7 @@ func (p *Processor) Partitions() []PartitionStatus {
 		for i, in := range p.cfg.Topics.Inputs() {
 			st.Inputs = append(st.Inputs, InputStatus{Topic: string(in), Next: c.deciding[i].Load()})
 		}
-		if since := c.openTxnSinceNs.Load(); since != 0 {
+		if since := c.openTxnSince.Load(); c.openTxn.Load() {
 			st.OpenTransaction = time.Duration(max(now-since, 0))
 		}
 		out = append(out, st)
@@ -501,7 +502,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 			return l.end, nil
 		},
 		migrate: &migrator{cl: k.recov, prod: k.admCl, topic: commands, partitions: k.signalPartitions,
-			kp: newKeyPartition(), ev: p.ev, now: p.cfg.Now},
+			kp: newKeyPartition(), ev: p.ev, mono: p.clk.monoNow},
 		handover: &restorer{cfg: &p.cfg, store: p.store, gate: p.gate, rec: rec, ev: p.ev,
 			changelogParts: k.changelogPartitions, layoutParts: k.signalPartitions,
 			seek: func(part int32, offset int64) {
@@ -517,7 +518,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	if !p.cfg.UnsafeIgnoreTopology {
 		count = func(ctx context.Context) (int32, error) { return partitionCount(ctx, k.meta, commands) }
 	}
-	al := &aligner{interval: p.cfg.AlignInterval, now: p.cfg.Now, topic: commands, lso: p.cfg.UnsafeObserveLSO,
+	al := &aligner{interval: p.cfg.AlignInterval, clk: p.clk, topic: commands, lso: p.cfg.UnsafeObserveLSO,
 		suspectFor: suspectFor,
 		count:      count,
 		partitions: k.signalPartitions,
@@ -548,7 +549,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	run("alignment", afterRestore(al.run))
 	p.started.Store(true)
 	p.setBetweenRuns("")
-	own := &ownership{cfg: &p.cfg, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, cmds: k.cmds,
+	own := &ownership{cfg: &p.cfg, clk: p.clk, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, cmds: k.cmds,
 		leaderEpoch: func(part int32) int32 {
 			if _, epoch, err := k.cmds.PartitionLeader(commands, part); err == nil {
 				return epoch
@@ -631,7 +632,7 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 		if err != nil {
 			return err
 		}
-		l := newLoop(&p.cfg, s, newEmitter(s, p.cfg.Topics, k.lim, &p.refused, p.m, p.series, p.ev, halt))
+		l := newLoop(&p.cfg, p.clk, s, newEmitter(s, p.cfg.Topics, k.lim, &p.refused, p.m, p.series, p.ev, halt))
 		l.claims, l.gate, l.outbox, l.refused = &p.claims, p.gate, &p.outbox, &p.refused
 		l.m, l.series, l.ev, l.rules, l.kp, l.halt = p.m, p.series, p.ev, rules, newKeyPartition(), halt
 		l.applierDone, l.held, l.heldBytes, l.stall = applierDone, &p.held, &p.heldBytes, p.stall

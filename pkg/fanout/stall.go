@@ -40,8 +40,8 @@ import (
 // being tried, so nothing is stuck trying. Whatever then waits without
 // being tried is a held or a cycle stall.
 //
-// Durations are measured on the monotonic clock (now is time.Now, whose
-// readings carry it): a step of the wall clock neither starts nor ends a
+// Durations are measured on the monotonic clock (now reads
+// Config.Monotonic): a step of the wall clock neither starts nor ends a
 // stall.
 //
 // The signals loop reports what happens (loopStarted, cycleEnded,
@@ -106,8 +106,11 @@ func (s *streak) fail(now time.Time, err error) {
 }
 
 func newStallWatch(cfg *Config) *stallWatch {
+	// Instants are the monotonic time as a time.Time from one origin, so
+	// that streaks compare with Sub; only differences mean anything.
+	origin, mono := time.Now(), cfg.Monotonic
 	w := &stallWatch{after: cfg.StallTimeout, heldAfter: cfg.StallTimeout + cfg.grace() + cfg.MaxFutureSkew,
-		haltAfter: cfg.StallHalt, now: time.Now}
+		haltAfter: cfg.StallHalt, now: func() time.Time { return origin.Add(mono()) }}
 	w.mu.fetch = make(map[inputPartition]*streak)
 	w.mu.held = make(map[int32]*streak)
 	return w
@@ -286,10 +289,13 @@ func (w *stallWatch) current() *Stall { return w.cur.Load() }
 // stalledFor is how long the stall in force has lasted, 0 when none.
 func (w *stallWatch) stalledFor() time.Duration {
 	if s := w.cur.Load(); s != nil {
-		return w.now().Sub(s.Since)
+		return w.lasted(s)
 	}
 	return 0
 }
+
+// lasted is how long s has lasted.
+func (w *stallWatch) lasted(s *Stall) time.Duration { return w.now().Sub(s.Since) }
 
 // run checks every tick until ctx ends or a stall has lasted haltAfter,
 // whose *StallError it returns. A stall in force when it returns is no
