@@ -51,6 +51,8 @@ type runOptions struct {
 	commitInterval time.Duration
 	holdMaxBytes   int64
 	sessionTimeout time.Duration
+	stallTimeout   time.Duration
+	stallHalt      time.Duration
 	unsafeNoSync   bool
 	unsafeSkipCmds bool
 	unsafeLSO      bool
@@ -178,6 +180,8 @@ func defineRun(f *flags, o *runOptions, embedded bool) {
 	f.DurationVar(&o.commitInterval, "commit-interval", fanout.DefaultCommitInterval, "how long a transaction collects records")
 	f.Int64Var(&o.holdMaxBytes, "hold-max-bytes", fanout.DefaultHoldMaxBytes, "bytes of signals held per partition before its fetching pauses")
 	f.DurationVar(&o.sessionTimeout, "session-timeout", 45*time.Second, "consumer group session timeout: how long a silent instance keeps its partitions")
+	f.DurationVar(&o.stallTimeout, "stall-timeout", fanout.DefaultStallTimeout, "how long the processor may make no progress (cycles aborting, fetches failing, signals undecided) before /readyz says 503 and why")
+	f.DurationVar(&o.stallHalt, "stall-halt", fanout.DefaultStallHalt, "how long such a stall may last before the processor halts (exits non-zero, for its orchestrator to restart it); 0: never")
 	f.BoolVar(&o.unsafeNoSync, "unsafe-no-sync", false, "UNSAFE, for chaos control runs only: do not fsync the membership store")
 	f.BoolVar(&o.unsafeSkipCmds, "unsafe-skip-commands", false, "UNSAFE, for chaos control runs only: start owned commands partitions at their end, as if commands were lost")
 	f.BoolVar(&o.unsafeLSO, "unsafe-observe-lso", false, "UNSAFE, for chaos control runs only: align signals with the commands' last stable offset, so a transaction left open lets them through")
@@ -263,6 +267,12 @@ func (o *runOptions) validate() error {
 		if d.d < d.min {
 			bad("--%s: %v must be at least %v", d.name, d.d, d.min)
 		}
+	}
+	if o.stallTimeout < time.Second {
+		bad("--stall-timeout: %v must be at least 1s", o.stallTimeout)
+	}
+	if o.stallHalt != 0 && o.stallHalt < o.stallTimeout {
+		bad("--stall-halt: %v must be 0 (never) or at least --stall-timeout (%v)", o.stallHalt, o.stallTimeout)
 	}
 	if o.sessionTimeout < time.Second {
 		bad("--session-timeout: %v must be at least 1s (brokers allow 6s to 30m by default)", o.sessionTimeout)
@@ -399,6 +409,8 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		CommitInterval:                 o.commitInterval,
 		HoldMaxBytes:                   o.holdMaxBytes,
 		SessionTimeout:                 o.sessionTimeout,
+		StallTimeout:                   o.stallTimeout,
+		StallHalt:                      stallHaltOf(o.stallHalt),
 		UnsafeSkipCommands:             o.unsafeSkipCmds,
 		UnsafeObserveLSO:               o.unsafeLSO,
 		UnsafeNoWindowRecovery:         o.unsafeNoWindow,
@@ -520,6 +532,15 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// stallHaltOf maps --stall-halt to Config.StallHalt: 0 (never) is
+// NoStallHalt, since a zero Config field takes the default.
+func stallHaltOf(d time.Duration) time.Duration {
+	if d == 0 {
+		return fanout.NoStallHalt
+	}
+	return d
 }
 
 // graceOf is fanout's Grace for --grace: 0 on the command line means no

@@ -86,6 +86,14 @@
 // topic takes, and DLQ copies are truncated to fit); records the broker
 // refuses anyway are settled otherwise when met again (poison.go).
 //
+// Liveness: no fault may leave the signals side looping without progress
+// while the processor says it is ready. A stall (stall.go: cycles that
+// carry records all abort, an owned partition's fetches all fail, a
+// caught-up partition decides none of its held signals nor applies a
+// command, no cycle ends) that lasts StallTimeout makes Ready false with
+// its cause, until progress resumes; one that lasts StallHalt halts the
+// run with a *StallError.
+//
 // # Goroutines
 //
 // Run owns three goroutines and returns only after all have exited:
@@ -164,6 +172,8 @@
 //   - group.go: the consumer group's callbacks, claims made and dropped;
 //   - balancer.go: partition p of every route's input to one instance;
 //   - loop.go: the signals loop, its lanes of held signals and cycles;
+//   - stall.go: the watch that says when the signals side makes no
+//     progress, and halts the run when that lasts;
 //   - decide.go: the rules for one signal, as a pure verdict;
 //   - emit.go: producing a cycle's records and keeping their promises;
 //   - session.go: a cycle's transaction, or its plain commit, and Outcome's use;

@@ -76,6 +76,11 @@ type EventListener struct {
 	ProduceFailed func(ProduceFailedInfo)
 	// CycleEnd: a cycle (a transaction) ended.
 	CycleEnd func(CycleInfo)
+	// Stall: the signals side made no progress for Config.StallTimeout
+	// (see StallCause): the processor is not ready until it ends
+	// (Ended), and halts with a *StallError when it lasts
+	// Config.StallHalt.
+	Stall func(StallInfo)
 	// Restored: the gate was rebuilt from the local store at start.
 	Restored func(RestoredInfo)
 	// SnapshotSaved: the gate snapshot was written (or failed to be) as
@@ -310,6 +315,82 @@ func (i CycleInfo) String() string { return fmt.Sprintf("cycle %v: %v", i.Outcom
 // otherwise.
 var errNoSnapshot = errors.New("no snapshot")
 
+// StallCause names what made no progress in a Stall. The values are the
+// cause label of the stalls metric.
+type StallCause string
+
+// The stall causes.
+const (
+	// StallAborts: every cycle that carried a record aborted (or ended
+	// with an unknown outcome): a produce that fails for ever, a record
+	// refused for ever, a group that rebalances without end.
+	StallAborts StallCause = "aborts"
+	// StallFetch: every fetch of an owned input partition failed.
+	StallFetch StallCause = "fetch"
+	// StallHeld: a caught-up partition held signals, decided none and
+	// applied no command for StallTimeout past Grace and MaxFutureSkew (a
+	// transaction left open on its commands excepted).
+	StallHeld StallCause = "held"
+	// StallCycle: no cycle ended (a poll, a flush or a transaction's end
+	// that does not return).
+	StallCycle StallCause = "cycle"
+)
+
+// Stall is the signals side making no progress.
+type Stall struct {
+	Cause StallCause
+	// Topic is the input whose fetches fail (StallFetch), empty otherwise.
+	Topic string
+	// Partition is the partition that makes no progress (StallFetch,
+	// StallHeld), -1 when every partition is stalled.
+	Partition int32
+	// Since is when the first failure of the stall's streak was seen, on
+	// the processor's monotonic clock (Config.Monotonic, from an origin of
+	// its own): only its distance from another such instant means
+	// anything.
+	Since time.Time
+	Err   error // the latest failure, nil when the cause has none
+}
+
+func (s Stall) same(o *Stall) bool {
+	return s.Cause == o.Cause && s.Topic == o.Topic && s.Partition == o.Partition
+}
+
+func (s Stall) String() string {
+	var what string
+	switch s.Cause {
+	case StallAborts:
+		what = "every cycle carrying a record aborted"
+	case StallFetch:
+		what = fmt.Sprintf("every fetch of %s partition %d failed", s.Topic, s.Partition)
+	case StallHeld:
+		what = fmt.Sprintf("partition %d held signals and decided none", s.Partition)
+	case StallCycle:
+		what = "no cycle ended"
+	default:
+		what = string(s.Cause)
+	}
+	if s.Err != nil {
+		what += ": " + s.Err.Error()
+	}
+	return what
+}
+
+// StallInfo is a stall that began (Lasted: how long its failures had gone
+// on when it was judged one) or ended (Ended, Lasted in all).
+type StallInfo struct {
+	Stall
+	Lasted time.Duration
+	Ended  bool
+}
+
+func (i StallInfo) String() string {
+	if i.Ended {
+		return fmt.Sprintf("stall (%s) ended after %v", i.Cause, i.Lasted.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("stalled (%s) for %v: %v", i.Cause, i.Lasted.Round(time.Millisecond), i.Stall.String())
+}
+
 // RestoredInfo is the rebuild of the gate at start.
 type RestoredInfo struct {
 	// Members are the users restored, and Episodes their episodes; from a
@@ -436,6 +517,9 @@ func (l *EventListener) EnsureDefaults() *EventListener {
 	if l.CycleEnd == nil {
 		l.CycleEnd = func(CycleInfo) {}
 	}
+	if l.Stall == nil {
+		l.Stall = func(StallInfo) {}
+	}
 	if l.Restored == nil {
 		l.Restored = func(RestoredInfo) {}
 	}
@@ -467,6 +551,7 @@ func TeeEventListener(a, b EventListener) EventListener {
 		DeadLetter:         func(i DeadLetterInfo) { a.DeadLetter(i); b.DeadLetter(i) },
 		ProduceFailed:      func(i ProduceFailedInfo) { a.ProduceFailed(i); b.ProduceFailed(i) },
 		CycleEnd:           func(i CycleInfo) { a.CycleEnd(i); b.CycleEnd(i) },
+		Stall:              func(i StallInfo) { a.Stall(i); b.Stall(i) },
 		Restored:           func(i RestoredInfo) { a.Restored(i); b.Restored(i) },
 		SnapshotSaved:      func(i SnapshotInfo) { a.SnapshotSaved(i); b.SnapshotSaved(i) },
 	}
@@ -478,9 +563,9 @@ const misrouteLogEvery = 10 * time.Second
 
 // MakeLoggingEventListener returns a listener that logs each event to l at
 // the level its kind deserves, as the processor always has: late leaves,
-// open transactions, misroutes (at most once per ten seconds) and failed
-// produces as warnings, changes of ownership, catch-ups and the restore as
-// information. It logs no user id.
+// open transactions, misroutes (at most once per ten seconds), failed
+// produces and stalls as warnings, changes of ownership, catch-ups, the
+// end of a stall and the restore as information. It logs no user id.
 func MakeLoggingEventListener(l *slog.Logger) EventListener {
 	var misroute struct {
 		sync.Mutex
@@ -584,6 +669,16 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 			case OutputOnly:
 				l.Warn("offset commit failed; signals will be processed again", "err", i.Err)
 			}
+		},
+		Stall: func(i StallInfo) {
+			if i.Ended {
+				l.Info("progress again; the stall is over", "cause", string(i.Cause), "topic", i.Topic,
+					"partition", i.Partition, "lasted", i.Lasted.Round(time.Millisecond).String())
+				return
+			}
+			l.Warn("no progress: not ready until it resumes, halting if it does not", "cause", string(i.Cause),
+				"topic", i.Topic, "partition", i.Partition, "for", i.Lasted.Round(time.Millisecond).String(),
+				"stall", i.Stall.String())
 		},
 		Restored: func(i RestoredInfo) {
 			switch {

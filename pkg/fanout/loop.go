@@ -40,6 +40,8 @@ type loop struct {
 	applierDone <-chan struct{}
 	// held and heldBytes publish what the lanes hold, for the metrics.
 	held, heldBytes *atomic.Int64
+	// stall is told what progress the loop makes (stall.go).
+	stall *stallWatch
 
 	inputs []string       // the routes' inputs, by route index
 	route  map[string]int // input topic → route index
@@ -54,6 +56,9 @@ type loop struct {
 	// passMono is the monotonic clock, read once per decision pass for
 	// the hold histogram.
 	passMono int64
+	// carried says the current cycle produced a record: only such a
+	// cycle's abort is a failure to progress.
+	carried bool
 }
 
 // newLoop makes the loop of session s.
@@ -98,6 +103,7 @@ type lane struct {
 // run on a context that outlives ctx: shutting down finishes in-flight work.
 func (l *loop) run(ctx context.Context) error {
 	work := context.WithoutCancel(ctx)
+	l.stall.loopStarted()
 	for {
 		if err := l.s.begin(); err != nil {
 			return fmt.Errorf("%w: unable to begin: %v", errReplaceSession, err)
@@ -182,6 +188,9 @@ func (l *loop) take(fetches kgo.Fetches) {
 			return
 		}
 		l.cfg.Logger.Warn("fetch error", "topic", t, "partition", p, "err", err)
+		if _, owned := l.route[t]; owned && l.parts[p] != nil {
+			l.stall.fetchFailed(t, p, err)
+		}
 	})
 	now := l.clk.read()
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
@@ -195,6 +204,7 @@ func (l *loop) take(fetches kgo.Fetches) {
 			// owner fetches it again from the committed offset.
 			return
 		}
+		l.stall.fetched(fp.Topic, fp.Partition)
 		ln := pt.lanes[route]
 		in := 0
 		for _, r := range fp.Records {
@@ -243,6 +253,7 @@ func (l *loop) dropPart(p int32, pt *part) {
 		l.m.lag.DeleteLabelValues(l.inputs[route], strconv.Itoa(int(p)))
 	}
 	delete(l.parts, p)
+	l.stall.dropped(p)
 }
 
 func (l *loop) holding() bool {
@@ -264,14 +275,20 @@ func (l *loop) decideAll(ctx context.Context) {
 	// One clock read per pass for the hold histogram: per signal, the
 	// clock was a measurable share of the processor's CPU.
 	l.passMono = l.clk.monoNow()
-	for _, pt := range l.parts {
+	for p, pt := range l.parts {
+		c := pt.c
+		// Waiting is not the loop's to answer for while the partition
+		// catches up (Ready says so) or while a transaction left open on
+		// its commands holds it (the broker bounds that).
+		exempt := !c.caughtUp.Load() || c.openTxn.Load()
 		if !pt.holding() {
+			l.stall.deciding(p, false, false, exempt, 0)
 			continue
 		}
-		c := pt.c
 		c.fwd.begin() // before any gate read of the pass: see forwarded
 		var av alignView
 		av.through, av.known = c.alignedThrough()
+		decided := false
 		for route, ln := range pt.lanes {
 			for {
 				h, ok := ln.q.peek()
@@ -279,10 +296,12 @@ func (l *loop) decideAll(ctx context.Context) {
 					break
 				}
 				ln.q.pop()
+				decided = true
 			}
 		}
 		c.fwd.end(pt.pass)
 		pt.pass = pt.pass[:0]
+		l.stall.deciding(p, pt.holding(), decided, exempt, c.applied.Load())
 	}
 	l.held.Store(int64(l.heldCount()))
 }
@@ -310,8 +329,10 @@ func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av align
 	}
 	switch v.act {
 	case actDeadLetter:
+		l.carried = true
 		l.out.deadLetter(ctx, r, SourceSignals, v.reason, v.err, v.minimal)
 	case actRepublish:
+		l.carried = true
 		l.out.republish(ctx, r, v.want, SourceSignals, v.alone)
 	case actGate:
 		c.publishDeciding(route, r.Offset, v.tsNs) // before asking the gate: see claim
@@ -324,6 +345,7 @@ func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av align
 			return true
 		}
 		pt.pass = append(pt.pass, fwd{user: v.user, ts: v.tsNs})
+		l.carried = true
 		l.out.forward(ctx, r, route, v.alone)
 	}
 	return true
@@ -343,6 +365,7 @@ func (l *loop) drainOutbox(ctx context.Context) {
 	items := l.outbox.take()
 	for i := range items {
 		if !items[i].stale(l.cfg.Topics.Changelog) {
+			l.carried = true
 			l.out.produceOutbox(ctx, &items[i])
 		}
 	}
@@ -393,6 +416,8 @@ func (l *loop) end(ctx context.Context) error {
 		return fatal
 	}
 	l.ev.CycleEnd(CycleInfo{Outcome: out, Err: err})
+	l.stall.cycleEnded(out, l.carried, err)
+	l.carried = false
 	for _, pt := range l.parts {
 		pt.c.fwd.settle(out)
 	}
