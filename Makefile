@@ -140,11 +140,13 @@ promtool:
 # --keep, --hostile-shares txn-held=2,poison=1, or --hostile=false for the
 # friendly load alone). chaos then runs the property test
 # TestShortcutsEqualReplay (integration/property_test.go) on
-# PROPERTY_HISTORIES random histories (make test runs 3) against the same
-# brokers (CHAOS_BROKERS= : the embedded one).
+# PROPERTY_HISTORIES random histories (make test runs 3) and the clocks'
+# TestClockStepsKeepThePromise on CLOCK_HISTORIES (make test runs 2)
+# against the same brokers (CHAOS_BROKERS= : the embedded one).
 CHAOS_BROKERS ?= $(KAFKA_BROKERS)
 CHAOS_FLAGS   ?=
 PROPERTY_HISTORIES ?= 40
+CLOCK_HISTORIES ?= 40
 
 .PHONY: chaos chaos-short
 
@@ -155,7 +157,8 @@ chaos: build
 		--hostile --hostile-scenes $(or $(CHAOS_SCENES),64) \
 		--rounds 20 --timeout 20m $(CHAOS_FLAGS)
 	KAFKA_BROKERS='$(CHAOS_BROKERS)' COHORTGATE_PROPERTY_HISTORIES=$(PROPERTY_HISTORIES) \
-		$(GO) test -race -count=1 -timeout 60m -run '^TestShortcutsEqualReplay$$' ./integration/
+		COHORTGATE_CLOCK_HISTORIES=$(CLOCK_HISTORIES) \
+		$(GO) test -race -count=1 -timeout 60m -run '^(TestShortcutsEqualReplay|TestClockStepsKeepThePromise)$$' ./integration/
 
 chaos-short: build
 	$(GO) build -o bin/chaos ./cmd/chaos

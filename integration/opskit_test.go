@@ -62,7 +62,7 @@ func opsKitExprs(t *testing.T) []string {
 		}
 	}
 	for _, want := range []string{"CohortgateNotReady", "CohortgateConsumerLagGrowing", "CohortgateDLQRate",
-		"CohortgateLateLeaves", "CohortgateTransactionAborts"} {
+		"CohortgateLateLeaves", "CohortgateTransactionAborts", "CohortgateStalled"} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no %s", want)
 		}

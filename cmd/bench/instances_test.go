@@ -22,7 +22,7 @@ func TestClassifyLine(t *testing.T) {
 		{"released", `time=2026-12-05T07:58:31.453Z level=INFO msg="partitions released" partitions="[3 4 5]"`, released, true},
 		{"restored", `time=2026-12-05T07:58:27.746Z level=INFO msg="empty owner: partition's users restored from the changelog" partition=0 users=3334 records=6668`, restored, true},
 		{"replayed", `time=2026-12-05T07:58:27.746Z level=WARN msg="empty owner: replaying the partition's commands from offset 0, not restoring from the changelog" partition=0 why="no metadata"`, replayed, true},
-		{"caught up", `time=2026-12-05T07:58:27.747Z level=INFO msg="partition caught up with its commands; forwarding" partition=0 applied=6668 took=110.69022ms`, 0, false},
+		{"caught up", `time=2026-12-05T07:58:27.747Z level=INFO msg="partition caught up with its commands; forwarding" partition=0 next_command_offset=6668 took=110.69022ms`, 0, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

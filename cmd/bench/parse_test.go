@@ -50,10 +50,10 @@ func TestParseProcessorLines(t *testing.T) {
 	if !restoredLine.MatchString(line) {
 		t.Fatal("restoredLine does not match")
 	}
-	line = `time=2026-12-02T18:00:00.000Z level=INFO msg="partition caught up with its commands; forwarding" partition=0 applied=200000 took=3.25s`
-	applied, took, err := parseCaughtUpLine(line)
-	if err != nil || applied != 200000 || took != 3250*time.Millisecond {
-		t.Fatalf("parseCaughtUpLine = %d, %v, %v", applied, took, err)
+	line = `time=2026-12-02T18:00:00.000Z level=INFO msg="partition caught up with its commands; forwarding" partition=0 next_command_offset=200000 took=3.25s`
+	next, took, err := parseCaughtUpLine(line)
+	if err != nil || next != 200000 || took != 3250*time.Millisecond {
+		t.Fatalf("parseCaughtUpLine = %d, %v, %v", next, took, err)
 	}
 	if !caughtUpLine.MatchString(line) {
 		t.Fatal("caughtUpLine does not match")

@@ -152,17 +152,17 @@ func watchLine(re *regexp.Regexp) (<-chan string, func(string)) {
 	}
 }
 
-// parseCaughtUpLine reads applied= and took= from that line.
-func parseCaughtUpLine(line string) (applied int64, took time.Duration, err error) {
-	m := regexp.MustCompile(`\bapplied=(\d+)\b.*\btook=(\S+)`).FindStringSubmatch(line)
+// parseCaughtUpLine reads next_command_offset= and took= from that line.
+func parseCaughtUpLine(line string) (next int64, took time.Duration, err error) {
+	m := regexp.MustCompile(`\bnext_command_offset=(\d+)\b.*\btook=(\S+)`).FindStringSubmatch(line)
 	if m == nil {
-		return 0, 0, fmt.Errorf("no applied= and took= in %q", line)
+		return 0, 0, fmt.Errorf("no next_command_offset= and took= in %q", line)
 	}
-	if applied, err = strconv.ParseInt(m[1], 10, 64); err != nil {
+	if next, err = strconv.ParseInt(m[1], 10, 64); err != nil {
 		return 0, 0, err
 	}
 	took, err = time.ParseDuration(m[2])
-	return applied, took, err
+	return next, took, err
 }
 
 // firstErr keeps the first error reported by any goroutine.

@@ -55,6 +55,9 @@ type scenario struct {
 	// producers that learn of new partitions soon do, and the hostile
 	// mix routes by the counts the harness has told it.
 	grows bool
+	// steps: the scenario steps the processors' wall clocks, which read
+	// it through --unsafe-clock-offset-file (ops.go).
+	steps bool
 }
 
 var scenarios = []scenario{
@@ -92,6 +95,12 @@ var scenarios = []scenario{
 		name: "recreate", instances: 2,
 		span: fixedSpan(20 * time.Second),
 		act:  (*scenarioRun).recreate,
+	},
+	{
+		name: "ops", instances: 2, steps: true,
+		mix:  opsMix,
+		span: fixedSpan(40 * time.Second),
+		act:  (*scenarioRun).ops,
 	},
 	{
 		name: soakName, instances: 1, alone: true,
@@ -217,6 +226,9 @@ type scenarioRun struct {
 	known string
 	// grownAt is when the broker last accepted a growth of a topic (grow.go).
 	grownAt time.Time
+	// deleted are the committed records of outputs the act deleted and
+	// created again, for the oracle (ops.go).
+	deleted map[string][]oracle.Record
 
 	mu struct {
 		sync.Mutex
@@ -434,7 +446,7 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 
 	r.logf("verifying")
 	vo := &oracle.Options{Grace: o.verifyGrace, MaxFutureSkew: o.maxFutureSkew,
-		Earlier: r.grown.earlier, ChangelogGrew: r.grown.changelog}
+		Earlier: r.grown.earlier, ChangelogGrew: r.grown.changelog, Deleted: r.deleted}
 	if r.sc.name == soakName {
 		vo.ReadTimeout = soakJudgeSpan(o.soakDuration) // each topic of an hour's load: up to ~900M records
 		// The oracle's table is a few GiB that live to the end: collect
@@ -504,6 +516,9 @@ func (r *scenarioRun) newInstance(name string) *instance {
 	if r.sc.brokerFault {
 		// A transactional ID the harness knows, to find its coordinator.
 		in.args = append(in.args, "--transactional-id", r.txnID(in))
+	}
+	if r.sc.steps {
+		in.args = append(in.args, r.offsetFlag()...)
 	}
 	r.h.adopt(in)
 	return in

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -89,8 +91,24 @@ func (m *stallMeter) count() int64 {
 }
 
 // watchOutput reads topic from its start as a read_committed consumer and
-// reports each fetch's records to m, until ctx ends.
+// reports each fetch's records to m, until ctx ends. A topic deleted and
+// created again (ops) leaves a client fetching by the old topic ID for
+// ever: when fetches have failed for an unknown topic without a break for
+// watchRenew, it reads the topic again with a new client, from the start.
 func watchOutput(ctx context.Context, brokers []string, topic string, m *stallMeter) error {
+	for ctx.Err() == nil {
+		if err := watchOnce(ctx, brokers, topic, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchRenew is how long fetches of the output may fail before the
+// watcher takes a new client.
+const watchRenew = 3 * time.Second
+
+func watchOnce(ctx context.Context, brokers []string, topic string, m *stallMeter) error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumeTopics(topic),
@@ -104,10 +122,23 @@ func watchOutput(ctx context.Context, brokers []string, topic string, m *stallMe
 		return err
 	}
 	defer cl.Close()
+	var failingSince time.Time
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
 		if n := fs.NumRecords(); n > 0 {
 			m.arrived(time.Now(), n)
+		}
+		failed := false
+		fs.EachError(func(_ string, _ int32, err error) {
+			failed = failed || errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, kerr.UnknownTopicOrPartition)
+		})
+		switch {
+		case !failed:
+			failingSince = time.Time{}
+		case failingSince.IsZero():
+			failingSince = time.Now()
+		case time.Since(failingSince) >= watchRenew:
+			return nil
 		}
 	}
 	return nil

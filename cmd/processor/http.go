@@ -92,7 +92,7 @@ func newAPIHandler(v view, auth *bearer) http.Handler {
 		out := make(map[string]partitionJSON)
 		for _, st := range v.Partitions() {
 			pj := partitionJSON{State: "restoring", OpenTransactionSeconds: st.OpenTransaction.Seconds(),
-				Inputs: make(map[string]inputJSON, len(st.Inputs))}
+				Inputs: make(map[string]inputJSON, len(st.Inputs)), Stalled: st.Stalled}
 			for _, in := range st.Inputs {
 				pj.Inputs[in.Topic] = inputJSON{NextOffset: in.Next}
 			}
@@ -120,6 +120,9 @@ type partitionJSON struct {
 	OpenTransactionSeconds float64 `json:"open_transaction_seconds"`
 	// Inputs are the partition of every route's input, by topic.
 	Inputs map[string]inputJSON `json:"inputs"`
+	// Stalled says how the partition makes no progress, while a stall
+	// that concerns it lasts (then /readyz says 503); absent otherwise.
+	Stalled string `json:"stalled,omitempty"`
 }
 
 // inputJSON is one input's partition in /v1/partitions.

@@ -51,12 +51,15 @@ type runOptions struct {
 	commitInterval time.Duration
 	holdMaxBytes   int64
 	sessionTimeout time.Duration
+	stallTimeout   time.Duration
+	stallHalt      time.Duration
 	unsafeNoSync   bool
 	unsafeSkipCmds bool
 	unsafeLSO      bool
 	unsafeNoWindow bool
 	unsafeNoIDs    bool
 	unsafeNoTopo   bool
+	unsafeClock    string
 	handoverReplay bool
 	logLevel       string
 	logFormat      string
@@ -177,12 +180,15 @@ func defineRun(f *flags, o *runOptions, embedded bool) {
 	f.DurationVar(&o.commitInterval, "commit-interval", fanout.DefaultCommitInterval, "how long a transaction collects records")
 	f.Int64Var(&o.holdMaxBytes, "hold-max-bytes", fanout.DefaultHoldMaxBytes, "bytes of signals held per partition before its fetching pauses")
 	f.DurationVar(&o.sessionTimeout, "session-timeout", 45*time.Second, "consumer group session timeout: how long a silent instance keeps its partitions")
+	f.DurationVar(&o.stallTimeout, "stall-timeout", fanout.DefaultStallTimeout, "how long the processor may make no progress (cycles aborting, fetches failing, signals undecided) before /readyz says 503 and why")
+	f.DurationVar(&o.stallHalt, "stall-halt", fanout.DefaultStallHalt, "how long such a stall may last before the processor halts (exits non-zero, for its orchestrator to restart it); 0: never")
 	f.BoolVar(&o.unsafeNoSync, "unsafe-no-sync", false, "UNSAFE, for chaos control runs only: do not fsync the membership store")
 	f.BoolVar(&o.unsafeSkipCmds, "unsafe-skip-commands", false, "UNSAFE, for chaos control runs only: start owned commands partitions at their end, as if commands were lost")
 	f.BoolVar(&o.unsafeLSO, "unsafe-observe-lso", false, "UNSAFE, for chaos control runs only: align signals with the commands' last stable offset, so a transaction left open lets them through")
 	f.BoolVar(&o.unsafeNoWindow, "unsafe-no-window-recovery", false, "UNSAFE, for chaos control runs only: do not recover earlier owners' late-leave windows from the changelog")
 	f.BoolVar(&o.unsafeNoIDs, "unsafe-restore-without-identities", false, "UNSAFE, for chaos control runs only: restore an empty owner's users from the changelog without their command identities, so that a command delivered again is applied as new")
 	f.BoolVar(&o.unsafeNoTopo, "unsafe-ignore-topology", false, "UNSAFE, for chaos control runs only: go on under the partition counts found at start when the topics grow, so commands in new partitions are read by nobody")
+	f.StringVar(&o.unsafeClock, "unsafe-clock-offset-file", "", "UNSAFE, for chaos runs only: the wall clock this processor reads is the system's plus the duration in this file (60s, -3s; re-read every 20ms), so that a run can step it")
 	f.BoolVar(&o.handoverReplay, "handover-replay", false, "on a partition this instance has no state for, replay its commands from offset 0 instead of restoring its users from the changelog (slower; for comparisons)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -261,6 +267,12 @@ func (o *runOptions) validate() error {
 		if d.d < d.min {
 			bad("--%s: %v must be at least %v", d.name, d.d, d.min)
 		}
+	}
+	if o.stallTimeout < time.Second {
+		bad("--stall-timeout: %v must be at least 1s", o.stallTimeout)
+	}
+	if o.stallHalt != 0 && o.stallHalt < o.stallTimeout {
+		bad("--stall-halt: %v must be 0 (never) or at least --stall-timeout (%v)", o.stallHalt, o.stallTimeout)
 	}
 	if o.sessionTimeout < time.Second {
 		bad("--session-timeout: %v must be at least 1s (brokers allow 6s to 30m by default)", o.sessionTimeout)
@@ -345,11 +357,16 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 			"addr", strings.Join(brokers, ","), "log_dir", dir)
 	}
 
-	if o.unsafeNoSync || o.unsafeSkipCmds || o.unsafeLSO || o.unsafeNoWindow || o.unsafeNoIDs || o.unsafeNoTopo {
+	if o.unsafeNoSync || o.unsafeSkipCmds || o.unsafeLSO || o.unsafeNoWindow || o.unsafeNoIDs || o.unsafeNoTopo || o.unsafeClock != "" {
 		log.Warn("UNSAFE flags set: this processor may lose state or leak signals; for chaos control runs only",
 			"unsafe_no_sync", o.unsafeNoSync, "unsafe_skip_commands", o.unsafeSkipCmds,
 			"unsafe_observe_lso", o.unsafeLSO, "unsafe_no_window_recovery", o.unsafeNoWindow,
-			"unsafe_restore_without_identities", o.unsafeNoIDs, "unsafe_ignore_topology", o.unsafeNoTopo)
+			"unsafe_restore_without_identities", o.unsafeNoIDs, "unsafe_ignore_topology", o.unsafeNoTopo,
+			"unsafe_clock_offset_file", o.unsafeClock)
+	}
+	var wall func() time.Time // the system's
+	if o.unsafeClock != "" {
+		wall = (&offsetClock{path: o.unsafeClock}).now
 	}
 	store, err := membership.Open(filepath.Join(o.dataDir, "membership"), &membership.Options{Logger: log, NoSync: o.unsafeNoSync})
 	if err != nil {
@@ -392,12 +409,15 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		CommitInterval:                 o.commitInterval,
 		HoldMaxBytes:                   o.holdMaxBytes,
 		SessionTimeout:                 o.sessionTimeout,
+		StallTimeout:                   o.stallTimeout,
+		StallHalt:                      stallHaltOf(o.stallHalt),
 		UnsafeSkipCommands:             o.unsafeSkipCmds,
 		UnsafeObserveLSO:               o.unsafeLSO,
 		UnsafeNoWindowRecovery:         o.unsafeNoWindow,
 		UnsafeRestoreWithoutIdentities: o.unsafeNoIDs,
 		UnsafeIgnoreTopology:           o.unsafeNoTopo,
 		HandoverReplay:                 o.handoverReplay,
+		Now:                            wall,
 		// Written at a clean stop, so that the next start loads the gate
 		// instead of scanning the store, which takes minutes at 100M members.
 		GateSnapshot: filepath.Join(o.dataDir, "gate.snapshot"),
@@ -512,6 +532,15 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// stallHaltOf maps --stall-halt to Config.StallHalt: 0 (never) is
+// NoStallHalt, since a zero Config field takes the default.
+func stallHaltOf(d time.Duration) time.Duration {
+	if d == 0 {
+		return fanout.NoStallHalt
+	}
+	return d
 }
 
 // graceOf is fanout's Grace for --grace: 0 on the command line means no

@@ -61,6 +61,8 @@ func TestRunValidate(t *testing.T) {
 		{"bad log level and format", []string{"--log-level", "loud", "--log-format", "xml"}, nil,
 			[]string{"--log-level:", "--log-format:"}},
 		{"session timeout", []string{"--session-timeout", "10ms"}, nil, []string{"--session-timeout:"}},
+		{"stall timeout", []string{"--stall-timeout", "10ms"}, nil, []string{"--stall-timeout:"}},
+		{"stall halt below the timeout", []string{"--stall-timeout", "30s", "--stall-halt", "10s"}, nil, []string{"--stall-halt:"}},
 		{"no brokers", nil, nil, []string{"--brokers: required"}},
 		{"unknown mechanism", []string{"--brokers", "k:9092", "--kafka-sasl-mechanism", "GSSAPI"}, nil,
 			[]string{`--kafka-sasl-mechanism "GSSAPI": "GSSAPI" is not PLAIN`}},

@@ -28,6 +28,13 @@ type Options struct {
 	// grew to is the one Verify finds.
 	Earlier       []int32
 	ChangelogGrew bool
+	// Deleted holds, by topic name, the committed records an output topic
+	// (a route's cohort topic) held when it was deleted and created again
+	// during the run: they were delivered to its readers before the
+	// deletion, and are judged with the records the topic holds at the
+	// end. Any other topic is refused: the order of the commands and the
+	// changelog matters, and their records would be judged out of it.
+	Deleted map[string][]Record
 	// KafkaOpts are added to the options of Verify's clients (after the
 	// seed brokers).
 	KafkaOpts []kgo.Opt
@@ -84,10 +91,17 @@ func Verify(ctx context.Context, brokers []string, topics Topics, opts *Options)
 		return Report{}, err
 	}
 	readers := []reader{{topics.Commands, j.AddCommand}, {topics.DLQ, j.AddDLQ}, {topics.Changelog, j.AddChangelog}}
+	outputs := make(map[string]int)
 	for i, r := range topics.routes() {
+		outputs[r.Cohort] = i
 		readers = append(readers,
 			reader{r.Signals, func(rec Record) { j.AddRouteSignal(i, rec) }},
 			reader{r.Cohort, func(rec Record) { j.AddRouteCohort(i, rec) }})
+	}
+	for topic := range o.Deleted {
+		if _, ok := outputs[topic]; !ok {
+			return Report{}, fmt.Errorf("oracle: verify: Deleted names %s, which is not an output topic", topic)
+		}
 	}
 	for i, t := range readers {
 		rctx, cancel := context.WithTimeout(ctx, o.ReadTimeout)
@@ -98,6 +112,11 @@ func Verify(ctx context.Context, brokers []string, topics Topics, opts *Options)
 		}
 		if i == 2 {
 			j.Seal() // the commands and the changelog are in: signals outside every episode take 5 bytes
+		}
+		if route, ok := outputs[t.topic]; ok && i > 2 {
+			for _, rec := range o.Deleted[t.topic] {
+				j.AddRouteCohort(route, rec)
+			}
 		}
 	}
 	rep := j.Report()
@@ -124,7 +143,7 @@ func readPartitions(ctx context.Context, opts []kgo.Opt, topic string, upTo map[
 		go func() {
 			defer wg.Done()
 			err := ReadTopic(ctx, opts, topic, map[int32]int64{p: end}, func(r *kgo.Record) {
-				rec := recordOf(r)
+				rec := RecordOf(r)
 				mu.Lock()
 				add(rec)
 				mu.Unlock()
@@ -147,8 +166,8 @@ type reader struct {
 	add   func(Record)
 }
 
-// recordOf converts a franz-go record.
-func recordOf(r *kgo.Record) Record {
+// RecordOf converts a franz-go record.
+func RecordOf(r *kgo.Record) Record {
 	out := Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}
 	for _, h := range r.Headers {
 		out.Headers = append(out.Headers, Header{Key: h.Key, Value: h.Value})

@@ -91,4 +91,18 @@ func TestVerifyOnKafka(t *testing.T) {
 	if rep.CommandsIn != 2 || rep.Applied != 2 || rep.SignalsIn != 4 || rep.Expected != 2 || rep.Forwarded != 2 || rep.ChangelogUsers != 2 {
 		t.Fatalf("report %+v: want the two committed leaves applied, 2 of 4 signals expected and forwarded", rep)
 	}
+
+	// Records an output held before it was deleted and created again are
+	// judged with it: s4 delivered there too is a duplicate, s1 a leak.
+	gone := []Record{RecordOf(fwd(s4)), RecordOf(fwd(s1))}
+	rep, err = Verify(ctx, brokers, topics, &Options{Grace: 300 * time.Millisecond, Deleted: map[string][]Record{topics.Cohort: gone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Duplicates != 1 || rep.Leaked != 1 {
+		t.Fatalf("with the deleted output's records: duplicates %d, leaked %d; want 1 and 1\n%s", rep.Duplicates, rep.Leaked, rep.Details())
+	}
+	if _, err := Verify(ctx, brokers, topics, &Options{Grace: 300 * time.Millisecond, Deleted: map[string][]Record{topics.Changelog: nil}}); err == nil {
+		t.Fatal("Verify took a deleted changelog's records")
+	}
 }

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,5 +132,71 @@ func waitAll(b *testing.B, ctx context.Context, c *client.Client, sent []client.
 	wg.Wait()
 	if first != nil {
 		b.Fatal(first)
+	}
+}
+
+// BenchmarkForgottenReceipts: per round, on the embedded broker with a
+// processor in this process, COHORTGATE_BENCH_FORGOTTEN leaves (default
+// 5000) are published and their answers read and forgotten by the watcher
+// (Unclaimed(1)) before anyone waits for them; then every receipt is
+// waited for at once. It reports the waits per second, the scan readers
+// made and the most open at once, and how much memory the process took
+// from the OS during the waits (runtime's Sys, which does not shrink).
+func BenchmarkForgottenReceipts(b *testing.B) {
+	brokers, stop, err := benchBrokers()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	n := 5000
+	if s := os.Getenv("COHORTGATE_BENCH_FORGOTTEN"); s != "" {
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			b.Fatalf("COHORTGATE_BENCH_FORGOTTEN=%q: want a positive count", s)
+		}
+	}
+	base := uint64(time.Now().UnixMilli()) * 1000000
+	round := 0
+	for b.Loop() {
+		round++
+		var readers openReaders
+		c, err := client.New(client.Brokers(brokers...), client.Unclaimed(1), client.KafkaHooks(readers.hooks))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		reqs := make([]client.Request, n)
+		for i := range reqs {
+			reqs[i] = client.Request{Op: topics.Leave, UserID: base + uint64(round*n+i)}
+		}
+		first, err := c.Leave(ctx, base+uint64(round*n+n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.WaitReceipt(ctx, first); err != nil {
+			b.Fatal(err)
+		}
+		var sent []client.Published
+		for _, r := range c.ApplyBatch(ctx, reqs) { // the watcher reads every answer, keeping one
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+			sent = append(sent, r.Published)
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		sys0 := ms.Sys
+		t0 := time.Now()
+		waitAll(b, ctx, c, sent)
+		took := time.Since(t0)
+		runtime.ReadMemStats(&ms)
+		c.Close()
+		cancel()
+		readers.mu.Lock()
+		made, most := readers.made, readers.most
+		readers.mu.Unlock()
+		b.Logf("round %d: %d forgotten receipts waited for in %v (%.0f/s), %d scan readers made, at most %d open, +%d MiB from the OS",
+			round, n, took.Round(time.Millisecond), float64(n)/took.Seconds(), made, most, (ms.Sys-sys0)>>20)
+		b.ReportMetric(float64(n)/took.Seconds(), "receipts/s")
+		b.ReportMetric(float64(most), "readers-open")
 	}
 }

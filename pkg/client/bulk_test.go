@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -191,5 +192,166 @@ func TestApplyAsync(t *testing.T) {
 		if id != "cohortgate-client" && id != "cohortgate-client-receipts" {
 			t.Errorf("a reader %q was made: a receipt was left to a scan of its own (clients: %q)", id, got)
 		}
+	}
+}
+
+// openReaders counts the scans' readers ("-read-N") open at once, and the
+// most ever open, through franz-go's client hooks.
+type openReaders struct {
+	mu         sync.Mutex
+	open, most int
+	made       int
+}
+
+type readerHook struct{ r *openReaders }
+
+func (h readerHook) OnNewClient(*kgo.Client) {
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	h.r.open++
+	h.r.made++
+	h.r.most = max(h.r.most, h.r.open)
+}
+
+func (h readerHook) OnClientClosed(*kgo.Client) {
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	h.r.open--
+}
+
+func (r *openReaders) hooks(id string) []kgo.Hook {
+	if !strings.Contains(id, "-read-") {
+		return nil
+	}
+	return []kgo.Hook{readerHook{r}}
+}
+
+// TestScansBounded: many waits whose answers the watcher has forgotten
+// are served by at most Scans readers at once, not a reader each (a
+// million such waits held tens of GB), and each gets its own command's
+// receipt.
+func TestScansBounded(t *testing.T) {
+	brokers := processor(t)
+	var readers openReaders
+	c := newClient(t, client.Brokers(brokers...), client.Unclaimed(1), client.Scans(2),
+		client.KafkaHooks(readers.hooks))
+	ctx := timeout(t, 60*time.Second)
+	const n = 60
+	reqs := make([]client.Request, n)
+	at := time.Now().Add(-time.Second)
+	for i := range reqs {
+		reqs[i] = client.Request{Op: topics.Leave, UserID: uint64(7000 + i), Opts: []client.CommandOpt{client.Intent("job-scan", at)}}
+	}
+	var sent []client.Published
+	for _, r := range c.PublishBatch(ctx, reqs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		sent = append(sent, r.Published)
+	}
+	// The first wait starts the watcher from the earliest command; once
+	// it has answered the latest, it has read and forgotten all but one.
+	first, last := sent[0], sent[0]
+	for _, p := range sent {
+		if p.Timestamp.Before(first.Timestamp) {
+			first = p
+		}
+		if p.Timestamp.After(last.Timestamp) {
+			last = p
+		}
+	}
+	for _, p := range []client.Published{first, last} {
+		if _, err := c.WaitReceipt(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readers.mu.Lock()
+	before := readers.made
+	readers.mu.Unlock()
+	type result struct {
+		p   client.Published
+		rec topics.MemberRecord
+		err error
+	}
+	results := make(chan result, n)
+	for _, p := range sent {
+		c.ReceiptAsync(ctx, p, func(rec topics.MemberRecord, err error) { results <- result{p, rec, err} })
+	}
+	for range n {
+		var r result
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			t.Fatal("not every receipt answered within 60s")
+		}
+		if r.err != nil || r.rec.Command == nil || r.rec.Command.Offset != r.p.Offset ||
+			r.rec.Command.Partition != r.p.Partition || r.rec.UserID != r.p.Command.UserID {
+			t.Fatalf("receipt %s, %v for %+v", asJSON(r.rec), r.err, r.p)
+		}
+	}
+	readers.mu.Lock()
+	defer readers.mu.Unlock()
+	if readers.made == before {
+		t.Fatalf("no scan reader made: the waits were not forgotten ones, the test proves nothing")
+	}
+	if readers.most > 2 {
+		t.Errorf("%d scan readers open at once (%d made for %d waits), want at most Scans(2)",
+			readers.most, readers.made-before, n)
+	}
+	t.Logf("%d waits for forgotten answers: %d scan readers made, at most %d at once", n, readers.made-before, readers.most)
+}
+
+// TestCloseEndsScans: a wait left to a scan, for an answer that never
+// comes, ends when the client closes, not at its deadline, and the scan's
+// reader is closed.
+func TestCloseEndsScans(t *testing.T) {
+	brokers := processor(t)
+	var readers openReaders
+	c, err := client.New(client.Brokers(brokers...), client.Scans(1), client.KafkaHooks(readers.hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := timeout(t, 60*time.Second)
+	p, err := c.Leave(ctx, 77)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitReceipt(ctx, p); err != nil { // starts the watcher at p's timestamp
+		t.Fatal(err)
+	}
+	// Stamped before the watcher's start: a scan's; at an offset the
+	// processor never answered.
+	never := p
+	never.Offset += 1 << 40
+	never.Timestamp = p.Timestamp.Add(-time.Minute)
+	ended := make(chan error, 1)
+	c.ReceiptAsync(ctx, never, func(_ topics.MemberRecord, err error) { ended <- err })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		readers.mu.Lock()
+		open := readers.open
+		readers.mu.Unlock()
+		if open == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d scan readers open after 30s, want 1", open)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Close()
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "closed") {
+			t.Errorf("the scan's wait ended with %v, want the client closed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the scan's wait still open 10s after Close")
+	}
+	readers.mu.Lock()
+	defer readers.mu.Unlock()
+	if readers.open != 0 {
+		t.Errorf("%d scan readers open after Close", readers.open)
 	}
 }

@@ -29,6 +29,7 @@ type Client struct {
 	now    func() time.Time
 
 	unclaimed  int
+	scans      *scans // the receipts the watcher cannot serve
 	hooks      []Hook
 	kafkaHooks func(clientID string) []kgo.Hook
 	clientID   string
@@ -64,6 +65,7 @@ type cfg struct {
 	now      func() time.Time
 
 	unclaimed  int
+	scans      int
 	hooks      []Hook
 	kafkaHooks func(clientID string) []kgo.Hook
 }
@@ -168,7 +170,7 @@ func Clock(now func() time.Time) Opt {
 // on a line of its own, and does not connect: the first publish or read
 // does.
 func New(opts ...Opt) (*Client, error) {
-	c := cfg{topics: topics.Defaults(), now: time.Now, unclaimed: DefaultUnclaimed}
+	c := cfg{topics: topics.Defaults(), now: time.Now, unclaimed: DefaultUnclaimed, scans: DefaultScans}
 	for _, o := range opts {
 		o.apply(&c)
 	}
@@ -206,6 +208,9 @@ func New(opts ...Opt) (*Client, error) {
 	if c.unclaimed < 1 {
 		bad("Unclaimed: %d, want at least 1", c.unclaimed)
 	}
+	if c.scans < 1 {
+		bad("Scans: %d, want at least 1", c.scans)
+	}
 	for i, h := range c.hooks {
 		_, pub := h.(HookPublished)
 		_, rec := h.(HookReceipt)
@@ -218,6 +223,7 @@ func New(opts ...Opt) (*Client, error) {
 	}
 
 	cl := &Client{cl: c.kafka, topics: c.topics, now: c.now, unclaimed: c.unclaimed, hooks: c.hooks, kafkaHooks: c.kafkaHooks}
+	cl.scans = newScans(cl, c.scans)
 	cl.mu.partitions = make(map[topics.Topic]int)
 	cl.mu.byKey = kgo.StickyKeyPartitioner(nil).ForTopic("")
 	if c.kafka != nil {
@@ -273,7 +279,7 @@ func readerOpts(cl *kgo.Client) ([]kgo.Opt, string) {
 	return opts, id
 }
 
-// Close stops the receipt watcher, failing the waits still open, and
+// Close stops the receipt watcher and the scans, failing the waits still open, and
 // closes the client New built; a caller's client stays open. Publishes
 // and waits after Close fail.
 func (c *Client) Close() {
@@ -284,6 +290,7 @@ func (c *Client) Close() {
 	if w != nil {
 		w.close()
 	}
+	c.scans.close()
 	if c.own {
 		c.cl.Close()
 	}

@@ -96,7 +96,8 @@
 // command ([Client.ApplyAsync] and [Client.ApplyBatch] start it before
 // they stamp their first record). A command stamped before the
 // watcher's start, one whose answer it has forgotten
-// ([Unclaimed]), or a misrouted one is looked for by a scan of its own.
+// ([Unclaimed]), or a misrouted one is looked for by a scan: at most
+// [Scans] readers at once, the waits queued for them sharing the next.
 // [Client.Status] reads every changelog partition and returns the user's
 // record that follows its latest command.
 //

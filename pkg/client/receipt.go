@@ -85,8 +85,9 @@ func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRec
 // The watcher starts at the first receipt waited for, reading from that
 // command's record timestamp on. A command stamped before that, or one
 // whose answer the watcher read before anyone waited for it and has since
-// forgotten ([Unclaimed]), or a misrouted one, is looked for by a scan of
-// its own, as exact and slower.
+// forgotten ([Unclaimed]), or a misrouted one, is looked for by a scan,
+// as exact and slower: on one of at most [Scans] readers, which the
+// waits queued for it share.
 func (c *Client) ReceiptAsync(ctx context.Context, p Published, done func(topics.MemberRecord, error)) {
 	what := describe(p)
 	if err := receiptable(p); err != nil {
@@ -97,18 +98,19 @@ func (c *Client) ReceiptAsync(ctx context.Context, p Published, done func(topics
 	}
 	start := time.Now()
 	ctx, cancel := bounded(ctx)
-	scan := func() {
-		go func() {
-			defer cancel()
-			rec, err := c.scanReceipt(ctx, p)
+	// A scan queues for one of the client's few readers (Scans): a reader
+	// per wait, at a million forgotten answers, held tens of GB.
+	scan := func(single bool) {
+		c.scans.add(&scanJob{ctx: ctx, p: p, single: single, done: func(rec topics.MemberRecord, err error) {
+			cancel()
 			c.onReceipt(p, err, time.Since(start))
 			done(rec, err)
-		}()
+		}})
 	}
 	key := topics.AppendUserID(nil, p.Command.UserID)
 	want, err := c.partitionOf(ctx, p.Topic, key, false)
 	if err != nil || want != p.Partition {
-		scan() // it checks the partition again, with a fresh count, and follows a misrouted command
+		scan(true) // it checks the partition again, with a fresh count, and follows a misrouted command
 		return
 	}
 	w, err := c.watch(ctx, p.Timestamp)
@@ -120,7 +122,7 @@ func (c *Client) ReceiptAsync(ctx context.Context, p Published, done func(topics
 		return
 	}
 	if w == nil {
-		scan()
+		scan(false)
 		return
 	}
 	wt := &waiter{p: p, since: start}
@@ -129,7 +131,7 @@ func (c *Client) ReceiptAsync(ctx context.Context, p Published, done func(topics
 		done(rec, err)
 	}
 	if !w.add(wt) {
-		scan()
+		scan(false)
 		return
 	}
 	context.AfterFunc(ctx, func() {

@@ -21,7 +21,9 @@ import (
 // An observation (sent, end) is the end of a commands partition as the
 // broker reported it to a request sent at wall-clock time sent: because
 // the broker answers after the request was sent, every command
-// acknowledged before sent lies below end. The end is the high watermark,
+// acknowledged before sent lies below end. sent is the clock's early
+// reading (clock.go), so that no step of the wall clock stamps an
+// observation later than it was sent. The end is the high watermark,
 // not the last stable offset: commands above a transaction left open
 // cannot be read until it ends, and the signals wait for them.
 //
@@ -31,10 +33,12 @@ import (
 // (decide.go).
 
 // observation is the end of a commands partition observed by a request
-// sent at wall-clock sentNs (ns since the Unix epoch).
+// sent at wall-clock sentNs (ns since the Unix epoch, the clock's early
+// reading) and monotonic sentMono.
 type observation struct {
-	sentNs int64
-	end    int64 // exclusive
+	sentNs   int64
+	sentMono int64
+	end      int64 // exclusive
 }
 
 // marksLimit bounds the observations kept per partition: at the default
@@ -48,8 +52,8 @@ const marksLimit = 1024
 // open-transaction state by the aligner; everything is read by the
 // signals loop. obs is guarded by its mutex; the rest are atomics.
 type alignment struct {
-	partition  int32
-	assignedNs int64 // wall clock at assignment; signals wait for an observation after it
+	partition    int32
+	assignedMono int64 // monotonic time of the assignment; signals wait for an observation after it
 
 	// applied is the next commands offset; every command below it is in
 	// the gate and in the store (or in the batch about to commit).
@@ -68,32 +72,37 @@ type alignment struct {
 	// (paused, cut off): its end is the one it had, below commands
 	// acknowledged since by the new leader, and is never trusted.
 	epoch atomic.Int32
-	// suspectSinceNs is the sent time of the first of an unbroken run of
-	// observations that contradicted what is known of the partition (see
-	// aligner.suspect), 0 while the last one did not. The aligner's alone.
-	suspectSinceNs int64
+	// suspectSince is the monotonic sent time of the first of an unbroken
+	// run of observations that contradicted what is known of the partition
+	// (see aligner.suspect); suspected says whether the last one did. The
+	// aligner's alone.
+	suspectSince int64
+	suspected    bool
 	// prepared is set once the commands side has done what the claim
 	// needs before its commands: restored its users from the changelog,
 	// recovered its windows, re-published the commands of its users that
 	// other partitions still held (migrate.go). Until then the partition
 	// does not catch up, however far its commands are applied.
 	prepared atomic.Bool
-	// readyAfterNs is the wall clock (ns) after which an observation must
-	// have been sent to count for the claim, besides assignedNs: when
-	// commands of its users were re-published to it, an observation sent
-	// after they were acknowledged covers them.
-	readyAfterNs atomic.Int64
+	// readyAfterMono is the monotonic time after which an observation
+	// must have been sent to count for the claim, besides assignedMono:
+	// when commands of its users were re-published to it, an observation
+	// sent after they were acknowledged covers them.
+	readyAfterMono atomic.Int64
 	// caughtUp is set once the commands are applied through an
 	// observation sent after assignment (and readyAfterNs): the partition
 	// forwards.
 	caughtUp atomic.Bool
-	// openTxnSinceNs is the wall clock (ns) at which the aligner first saw
+	// openTxnSince is the monotonic time at which the aligner first saw
 	// the commands partition held by an open transaction (everything below
-	// the last stable offset applied, records above it), 0 while it is not.
-	openTxnSinceNs atomic.Int64
-	// openTxnReportedNs is when the aligner last reported the hold; the
-	// aligner's alone.
-	openTxnReportedNs int64
+	// the last stable offset applied, records above it); openTxn says
+	// whether it is held now.
+	openTxnSince atomic.Int64
+	openTxn      atomic.Bool
+	// openTxnReported is when the aligner last reported the hold again
+	// (monotonic), if openTxnRereported; the aligner's alone.
+	openTxnReported   int64
+	openTxnRereported bool
 
 	obs struct {
 		sync.Mutex
@@ -102,8 +111,8 @@ type alignment struct {
 	}
 }
 
-func (a *alignment) init(partition int32, assignedNs, applied int64) {
-	a.partition, a.assignedNs = partition, assignedNs
+func (a *alignment) init(partition int32, assignedMono, applied int64) {
+	a.partition, a.assignedMono = partition, assignedMono
 	a.applied.Store(applied)
 	a.epoch.Store(-1)
 	a.obs.list, a.obs.limit = make([]observation, 0, 16), marksLimit
@@ -129,9 +138,10 @@ func (a *alignment) newestEnd() int64 {
 	return 0
 }
 
-// observe records an observation. Out-of-order sends (sentNs not after the
-// newest) are ignored, so that sentNs stays ascending: a clock stepping
-// back by d thus delays decisions by at most d. An end below the newest
+// observe records an observation. One not sent after the newest, by either
+// clock, is ignored, so that both stay ascending: the early reading stands
+// still while the wall clock is stepped back by d, which thus delays
+// decisions by at most d. An end below the newest
 // recorded end is not stored: the log went backwards (the topic was
 // deleted and recreated), and observe reports it with regressed and the
 // previous end so the caller can halt instead of trusting either.
@@ -144,7 +154,7 @@ func (a *alignment) observe(o observation) (prevEnd int64, regressed bool) {
 		if o.end < last.end {
 			return last.end, true
 		}
-		if o.sentNs <= last.sentNs {
+		if o.sentNs <= last.sentNs || o.sentMono <= last.sentMono {
 			return last.end, false
 		}
 	}
@@ -159,7 +169,7 @@ func (a *alignment) observe(o observation) (prevEnd int64, regressed bool) {
 // through returns the latest wall-clock instant T such that every command
 // acknowledged before T has been applied, given that commands below applied
 // have been applied, considering only observations sent at or after
-// notBefore. ok is false when no such observation exists yet.
+// monotonic notBefore. ok is false when no such observation exists yet.
 //
 // An observation (sentNs, end) with end <= applied proves completeness up
 // to sentNs; observe keeps ends ascending with sentNs, so the answer is the
@@ -168,7 +178,7 @@ func (a *alignment) through(applied, notBefore int64) (ns int64, ok bool) {
 	a.obs.Lock()
 	defer a.obs.Unlock()
 	obs := a.obs.list
-	lo := sort.Search(len(obs), func(i int) bool { return obs[i].sentNs >= notBefore })
+	lo := sort.Search(len(obs), func(i int) bool { return obs[i].sentMono >= notBefore })
 	obs = obs[lo:]
 	// First index whose end exceeds applied; the one before it is the answer.
 	i := sort.Search(len(obs), func(i int) bool { return obs[i].end > applied })
@@ -192,10 +202,10 @@ func (a *alignment) alignedThrough() (ns int64, ok bool) {
 	return a.through(a.applied.Load(), a.notBefore())
 }
 
-// notBefore is the instant after which an observation counts for the
-// partition: its assignment, or later once commands were re-published to
-// it (readyAfterNs).
-func (a *alignment) notBefore() int64 { return max(a.assignedNs, a.readyAfterNs.Load()) }
+// notBefore is the monotonic instant after which an observation counts for
+// the partition: its assignment, or later once commands were re-published
+// to it (readyAfterMono).
+func (a *alignment) notBefore() int64 { return max(a.assignedMono, a.readyAfterMono.Load()) }
 
 // suspectFor is how long the observations of a commands partition may
 // contradict what is known of it before the processor halts: a broker
@@ -246,7 +256,7 @@ type listed struct {
 // transactions. It owns nothing but its ticker.
 type aligner struct {
 	interval time.Duration
-	now      func() time.Time
+	clk      *clock
 	topic    string
 	// lso observes the last stable offset instead of the high watermark:
 	// Config.UnsafeObserveLSO.
@@ -306,7 +316,8 @@ func (al *aligner) tick(ctx context.Context) error {
 	for i, a := range as {
 		before[i], parts[i] = a.applied.Load(), a.partition
 	}
-	sent := al.now().UnixNano()
+	now := al.clk.read()
+	sent := now.early
 	isolation := isolationUncommitted // the high watermark
 	if al.lso {
 		isolation = isolationCommitted
@@ -347,29 +358,29 @@ func (al *aligner) tick(ctx context.Context) error {
 		}
 		least := max(before[i], a.floor, a.newestEnd())
 		if known := a.epoch.Load(); l.epoch >= 0 && l.epoch < known {
-			if err := al.suspect(a, sent, l, least, known); err != nil {
+			if err := al.suspect(a, now.mono, l, least, known); err != nil {
 				return err
 			}
 			continue
 		}
 		if l.end < least {
-			if err := al.suspect(a, sent, l, least, -1); err != nil {
+			if err := al.suspect(a, now.mono, l, least, -1); err != nil {
 				return err
 			}
 			continue
 		}
-		if a.suspectSinceNs != 0 {
+		if a.suspected {
 			al.ev.SuspectEnd(SuspectEndInfo{Partition: a.partition, End: l.end, Epoch: l.epoch,
-				Lasted: time.Duration(sent - a.suspectSinceNs), Cleared: true})
-			a.suspectSinceNs = 0
+				Lasted: time.Duration(now.mono - a.suspectSince), Cleared: true})
+			a.suspected = false
 		}
 		a.raiseEpoch(l.epoch)
-		a.observe(observation{sentNs: sent, end: l.end})
+		a.observe(observation{sentNs: sent, sentMono: now.mono, end: l.end})
 		al.markCaughtUp(a)
 		if before[i] < l.end {
 			behind = append(behind, a.partition)
 		} else {
-			al.noteOpenTxn(a, l.end, l.end, before[i], sent)
+			al.noteOpenTxn(a, l.end, l.end, before[i], now.mono)
 		}
 	}
 	if len(behind) == 0 {
@@ -384,14 +395,14 @@ func (al *aligner) tick(ctx context.Context) error {
 	}
 	for i, a := range as {
 		if lso, ok := stable[a.partition]; ok && (lso.epoch < 0 || lso.epoch >= a.epoch.Load()) {
-			al.noteOpenTxn(a, lso.end, ends[a.partition].end, before[i], sent)
+			al.noteOpenTxn(a, lso.end, ends[a.partition].end, before[i], now.mono)
 		}
 	}
 	return nil
 }
 
 // suspect handles an observation l of a's commands partition, sent at
-// sentNs, that contradicts what is known of it: its end below least (the
+// monotonic sentMono, that contradicts what is known of it: its end below least (the
 // commands applied, the store's checkpoint, an end observed before), or,
 // with knownEpoch >= 0, a leader epoch older than knownEpoch. It is not
 // recorded: the partition's signals wait on the observations before it
@@ -399,13 +410,13 @@ func (al *aligner) tick(ctx context.Context) error {
 // broker that no longer leads costs time, never a leave. One that lasts
 // suspectFor is the log itself gone back (the topic deleted and created
 // again, or data lost), and halts the processor.
-func (al *aligner) suspect(a *alignment, sentNs int64, l listed, least int64, knownEpoch int32) error {
-	if a.suspectSinceNs == 0 {
-		a.suspectSinceNs = sentNs
+func (al *aligner) suspect(a *alignment, sentMono int64, l listed, least int64, knownEpoch int32) error {
+	if !a.suspected {
+		a.suspected, a.suspectSince = true, sentMono
 		al.ev.SuspectEnd(SuspectEndInfo{Partition: a.partition, End: l.end, Epoch: l.epoch,
 			Least: least, KnownEpoch: knownEpoch})
 	}
-	lasted := time.Duration(sentNs - a.suspectSinceNs)
+	lasted := time.Duration(sentMono - a.suspectSince)
 	if lasted < al.suspectFor {
 		return nil
 	}
@@ -424,7 +435,7 @@ func (al *aligner) markCaughtUp(a *alignment) {
 	if _, ok := a.alignedThrough(); ok {
 		a.caughtUp.Store(true)
 		al.ev.CaughtUp(CaughtUpInfo{Partition: a.partition, Applied: a.applied.Load(),
-			Took: time.Duration(al.now().UnixNano() - a.assignedNs)})
+			Took: time.Duration(al.clk.monoNow() - a.assignedMono)})
 	}
 }
 
@@ -435,25 +446,27 @@ const openTxnReportEvery = 10 * time.Second
 // noteOpenTxn records whether a's commands partition is held by an open
 // transaction: everything below the last stable offset lso applied, and
 // records above it, up to the high watermark hwm, that a read_committed
-// consumer cannot see until the transaction ends.
-func (al *aligner) noteOpenTxn(a *alignment, lso, hwm, applied, nowNs int64) {
-	since := a.openTxnSinceNs.Load()
+// consumer cannot see until the transaction ends. nowMono is monotonic.
+func (al *aligner) noteOpenTxn(a *alignment, lso, hwm, applied, nowMono int64) {
+	was, since := a.openTxn.Load(), a.openTxnSince.Load()
 	held := lso < hwm && applied >= lso
 	info := OpenTransactionInfo{Partition: a.partition, LastStableOffset: lso, HighWatermark: hwm}
 	switch {
-	case held && since == 0:
-		a.openTxnSinceNs.Store(nowNs)
+	case held && !was:
+		a.openTxnSince.Store(nowMono)
+		a.openTxn.Store(true)
+		a.openTxnRereported = false
 		al.ev.OpenTransaction(info)
 	case held:
-		if d := time.Duration(nowNs - since); d >= time.Second && time.Duration(nowNs-a.openTxnReportedNs) >= openTxnReportEvery {
-			a.openTxnReportedNs = nowNs
+		if d := time.Duration(nowMono - since); d >= time.Second &&
+			(!a.openTxnRereported || time.Duration(nowMono-a.openTxnReported) >= openTxnReportEvery) {
+			a.openTxnReported, a.openTxnRereported = nowMono, true
 			info.Held = d
 			al.ev.OpenTransaction(info)
 		}
-	case since != 0:
-		a.openTxnSinceNs.Store(0)
-		a.openTxnReportedNs = 0
-		info.Held, info.Ended = time.Duration(nowNs-since), true
+	case was:
+		a.openTxn.Store(false)
+		info.Held, info.Ended = time.Duration(nowMono-since), true
 		al.ev.OpenTransaction(info)
 	}
 }

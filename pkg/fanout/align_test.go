@@ -18,7 +18,7 @@ func alignmentOf(limit int) *alignment {
 
 func TestAlignmentThrough(t *testing.T) {
 	w := alignmentOf(8)
-	for _, o := range []observation{{100, 5}, {200, 7}, {300, 7}, {400, 12}} {
+	for _, o := range []observation{{100, 100, 5}, {200, 200, 7}, {300, 300, 7}, {400, 400, 12}} {
 		if _, regressed := w.observe(o); regressed {
 			t.Fatalf("observe(%+v) regressed", o)
 		}
@@ -58,7 +58,7 @@ func TestAlignmentThrough(t *testing.T) {
 // departed user's signal on Apache Kafka in about half its runs.
 func TestAlignedThroughWaitsForPrepared(t *testing.T) {
 	w := alignmentOf(8)
-	w.observe(observation{100, 0})
+	w.observe(observation{100, 100, 0})
 	w.prepared.Store(false)
 	if ns, ok := w.alignedThrough(); ok {
 		t.Fatalf("alignedThrough = %d before the claim is prepared; want nothing known", ns)
@@ -71,19 +71,19 @@ func TestAlignedThroughWaitsForPrepared(t *testing.T) {
 
 func TestAlignmentObserve(t *testing.T) {
 	w := alignmentOf(2)
-	w.observe(observation{100, 5})
-	if _, regressed := w.observe(observation{90, 6}); regressed {
+	w.observe(observation{100, 100, 5})
+	if _, regressed := w.observe(observation{90, 90, 6}); regressed {
 		t.Fatal("an older send is ignored, not a regression")
 	}
-	if got := w.obs.list; len(got) != 1 || got[0] != (observation{100, 5}) {
+	if got := w.obs.list; len(got) != 1 || got[0] != (observation{100, 100, 5}) {
 		t.Fatalf("observations %+v after an out-of-order send", got)
 	}
-	prev, regressed := w.observe(observation{200, 4})
+	prev, regressed := w.observe(observation{200, 200, 4})
 	if !regressed || prev != 5 {
 		t.Fatalf("observe of a lower end = %d, %v; want 5, true", prev, regressed)
 	}
-	w.observe(observation{300, 6})
-	w.observe(observation{400, 8}) // drops {100, 5}: the ring holds 2
+	w.observe(observation{300, 300, 6})
+	w.observe(observation{400, 400, 8}) // drops {100, 5}: the ring holds 2
 	if got, ok := w.through(5, 0); ok {
 		t.Fatalf("through(5) = %d after the only proof of end 5 was dropped", got)
 	}
@@ -109,11 +109,13 @@ type gap struct {
 
 func newScripted(a *alignment, answer func(n int) listed) *scripted {
 	sc := &scripted{a: a}
-	n, now := 0, time.Unix(1000, 0)
+	n, mono := 0, time.Duration(0)
 	ev := EventListener{SuspectEnd: func(i SuspectEndInfo) { sc.events = append(sc.events, i) }}
 	sc.al = &aligner{
 		suspectFor: suspectFor,
-		now:        func() time.Time { now = now.Add(time.Second); return now },
+		// A second passes at each reading of the clock, once per tick.
+		clk: newClock(func() time.Time { return time.Unix(1000, 0).Add(mono) },
+			func() time.Duration { mono += time.Second; return mono }),
 		list: func(_ context.Context, parts []int32, _ int8) (map[int32]listed, error) {
 			defer func() { n++ }()
 			return map[int32]listed{a.partition: answer(n)}, nil

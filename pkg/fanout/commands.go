@@ -490,7 +490,7 @@ func (a *applier) one(ctx context.Context, b *membership.Batch, c *claim, r *kgo
 			// Not dead-lettered against a limit read before it was
 			// fetched: the topic's may have been raised since. When the
 			// limits cannot be read, the last read decides.
-			lim, _ = a.lim.since(ctx, time.Now())
+			lim, _ = a.lim.fresh(ctx)
 		}
 		if !lim.fits(rp) {
 			return nil, dlq(topics.ReasonRecordTooLarge, fmt.Errorf("misrouted command of %d bytes does not fit %s again with its header (max.message.bytes %d)",

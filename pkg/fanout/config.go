@@ -84,6 +84,23 @@ type Config struct {
 	// Processor.Run). Default 2s.
 	TopologyInterval time.Duration
 
+	// StallTimeout bounds how long the signals side may make no progress
+	// while it says it is ready (the README's liveness rule): cycles that
+	// carry records all abort, an owned input partition's fetches all
+	// fail, or no cycle ends, for this long; or a caught-up partition
+	// decides none of its held signals, and applies no command, for this
+	// long past Grace and MaxFutureSkew. The processor is then not ready, saying why, until
+	// progress resumes. Default 20s: well above what a broker's leader
+	// election or a rebalance holds the loop up (franz-go's leader map is
+	// kept up to 5 s, its retry backoff is under 3 s), well below what an
+	// operator should wait to hear of it.
+	StallTimeout time.Duration
+	// StallHalt is how long a stall may last before the processor halts
+	// (Run returns a *StallError): a restart, which the orchestrator
+	// makes, is preferable to a loop that goes on. Default 5m; NoStallHalt
+	// never halts. At least StallTimeout.
+	StallHalt time.Duration
+
 	// SessionTimeout is the consumer group session timeout: how long a
 	// member that stopped heartbeating keeps its partitions. Zero keeps
 	// franz-go's default (45s).
@@ -148,8 +165,15 @@ type Config struct {
 	EventListener EventListener
 	// Registerer receives the processor's metrics. Default: none kept.
 	Registerer prometheus.Registerer
-	// Now is the wall clock. Default time.Now. Tests may skew it.
+	// Now is the wall clock: the instants the processor records and the
+	// instant an observation of the commands was sent (see clock.go for
+	// how a step of it is followed). Default time.Now. Tests may step it.
 	Now func() time.Time
+	// Monotonic is a clock that is never stepped, as time elapsed since an
+	// arbitrary origin: every duration the processor measures, and the
+	// order of its own events. Default: the time since the Processor was
+	// made, by the runtime's monotonic clock.
+	Monotonic func() time.Duration
 }
 
 // Defaults for Config fields left zero.
@@ -163,7 +187,13 @@ const (
 	DefaultHoldMaxBytes     = 16 << 20
 	DefaultMaxPollRecords   = 10000
 	DefaultTopologyInterval = 2 * time.Second
+	DefaultStallTimeout     = 20 * time.Second
+	DefaultStallHalt        = 5 * time.Minute
 )
+
+// NoStallHalt, as Config.StallHalt, never halts on a stall: the processor
+// stays not ready for as long as it lasts.
+const NoStallHalt time.Duration = -1
 
 // NoGrace, as Config.Grace, asks for no grace at all: a signal waits only
 // for the commands acknowledged before its event time. (A zero Grace is the
@@ -210,6 +240,12 @@ func (c *Config) EnsureDefaults() *Config {
 	if c.TopologyInterval == 0 {
 		c.TopologyInterval = DefaultTopologyInterval
 	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.StallHalt == 0 {
+		c.StallHalt = DefaultStallHalt
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -218,6 +254,9 @@ func (c *Config) EnsureDefaults() *Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Monotonic == nil {
+		c.Monotonic = monotonicSince()
 	}
 	return c
 }
@@ -269,6 +308,12 @@ func (c *Config) Validate() error {
 	}
 	if c.TopologyInterval < time.Millisecond {
 		bad("TopologyInterval: %v must be at least 1ms", c.TopologyInterval)
+	}
+	if c.StallTimeout < 10*time.Millisecond {
+		bad("StallTimeout: %v must be at least 10ms", c.StallTimeout)
+	}
+	if c.StallHalt < c.StallTimeout && c.StallHalt != NoStallHalt {
+		bad("StallHalt: %v must be at least StallTimeout (%v), or NoStallHalt", c.StallHalt, c.StallTimeout)
 	}
 	return errors.Join(errs...)
 }

@@ -73,10 +73,12 @@ type verdict struct {
 
 // alignView is what a decision pass knows of the signal's partition.
 type alignView struct {
-	nowNs      int64 // the processor's clock, Config.Now, read once per pass
-	through    int64 // commands known applied through this wall-clock instant
-	known      bool  // through is set
-	assignedNs int64 // when the partition was assigned, or later: alignment.notBefore
+	// through is the wall-clock instant (an observation's early reading)
+	// through which the commands are known applied, counting only
+	// observations sent after the partition was assigned (and after
+	// commands were re-published to it): alignment.alignedThrough.
+	through int64
+	known   bool // through is set
 }
 
 // judge settles r, read from the input of route, as far as the gate
@@ -84,10 +86,12 @@ type alignView struct {
 // the contract: a refusal of what r became before is honoured first
 // (poison.go); then a key that is not a user id (S1), a record in the
 // wrong partition (S2), one too large to forward (S3) and an event time
-// out of range or implausibly far ahead (S4) are settled at once; anything
-// else waits until its partition's commands are known complete through
-// max(event time + grace, assignment) (S5), and then goes to the gate.
-func (sr signalRules) judge(kp keyPartition, r *kgo.Record, route int, rfl refusal, refused bool, av alignView) verdict {
+// out of range or implausibly far ahead of seenNs, the clock's late
+// reading when r was fetched (S4), are settled at once; anything else
+// waits until its partition's commands are known complete through event
+// time + grace by an observation sent after the assignment (S5), and then
+// goes to the gate.
+func (sr signalRules) judge(kp keyPartition, r *kgo.Record, route int, rfl refusal, refused bool, seenNs int64, av alignView) verdict {
 	switch {
 	case refused && rfl.deadLetter:
 		return verdict{act: actDeadLetter, reason: refusalReason(rfl.err), err: rfl.err, minimal: true}
@@ -111,13 +115,13 @@ func (sr signalRules) judge(kp keyPartition, r *kgo.Record, route int, rfl refus
 		return verdict{act: actDeadLetter, reason: topics.ReasonTimestampOutOfRange,
 			err: fmt.Errorf("event time %d ms is before the Unix epoch", ms)}
 	}
-	if ms > (av.nowNs+sr.skew.Nanoseconds())/int64(time.Millisecond) {
+	if ms > (seenNs+sr.skew.Nanoseconds())/int64(time.Millisecond) {
 		return verdict{act: actDeadLetter, reason: topics.ReasonTimestampSkew,
 			err: fmt.Errorf("event time %d ms is %v ahead of this processor's clock (max %v)",
-				ms, time.Duration(ms-av.nowNs/int64(time.Millisecond))*time.Millisecond, sr.skew)}
+				ms, time.Duration(ms-seenNs/int64(time.Millisecond))*time.Millisecond, sr.skew)}
 	}
 	ts := ms * int64(time.Millisecond)
-	if !av.known || max(ts+sr.grace.Nanoseconds(), av.assignedNs) > av.through {
+	if !av.known || ts+sr.grace.Nanoseconds() > av.through {
 		return verdict{act: actHold}
 	}
 	return verdict{act: actGate, user: user, tsNs: ts, alone: refused}

@@ -85,7 +85,11 @@ func (st *signalsState) run(t *testing.T, d *datadriven.TestData) string {
 		return ""
 	case "observe":
 		for _, p := range st.partitions(t, args) {
-			prev, regressed := st.claim(t, p).observe(observation{sentNs: ms(t, args["sent"]), end: int64(atoi(t, args["end"]))})
+			o := observation{sentNs: ms(t, args["sent"]), sentMono: ms(t, args["sent"]), end: int64(atoi(t, args["end"]))}
+			if v, ok := args["mono"]; ok {
+				o.sentMono = ms(t, v)
+			}
+			prev, regressed := st.claim(t, p).observe(o)
 			if regressed {
 				return fmt.Sprintf("regressed below %d", prev)
 			}
@@ -168,9 +172,8 @@ func (st *signalsState) signal(t *testing.T, args map[string]string) string {
 		r.Value = []byte(strings.Repeat("v", atoi(t, v)))
 	}
 	r.Timestamp = time.UnixMilli(int64(atoi(t, args["ts"])))
-	av := alignView{nowNs: st.nowMs * int64(time.Millisecond)}
+	var av alignView
 	if c := st.claims[r.Partition]; c != nil {
-		av.assignedNs = c.assignedNs
 		av.through, av.known = c.alignedThrough()
 	}
 	var rfl refusal
@@ -178,7 +181,7 @@ func (st *signalsState) signal(t *testing.T, args map[string]string) string {
 	if refused {
 		rfl, st.refuse = *st.refuse, nil
 	}
-	v := st.rules.judge(kp, r, 0, rfl, refused, av)
+	v := st.rules.judge(kp, r, 0, rfl, refused, st.nowMs*int64(time.Millisecond), av)
 	var b strings.Builder
 	switch v.act {
 	case actHold:

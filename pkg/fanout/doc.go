@@ -52,10 +52,13 @@
 // adds to a signal is Grace, plus up to AlignInterval, plus the time to
 // fetch and apply the commands observed.
 //
-// Clocks: Config.Now decides (alignment deadlines, the future skew of
-// signals, receipts); time.Now only measures (cycle lengths, hold
-// histograms). An observation stamped before the newest one is ignored, so
-// a clock stepping back by d delays decisions by at most d.
+// Clocks (clock.go): Config.Now, the wall clock, may be stepped at any
+// instant; Config.Monotonic may not. Every duration and the order of a
+// run's own events are monotonic; an observation is stamped with a reading
+// of the wall clock that follows a forward step only at a slew of 1 ms per
+// second, and a signal's future skew is judged once, when it is fetched,
+// against a reading that does not follow a backward step. So no step
+// releases a held signal early or dead-letters a valid one.
 //
 // A signal stamped more than MaxFutureSkew ahead of the processor's clock
 // would hold its partition; it goes to the DLQ with reason
@@ -82,6 +85,14 @@
 // are caught before producing (size.go: the producer takes what each
 // topic takes, and DLQ copies are truncated to fit); records the broker
 // refuses anyway are settled otherwise when met again (poison.go).
+//
+// Liveness: no fault may leave the signals side looping without progress
+// while the processor says it is ready. A stall (stall.go: cycles that
+// carry records all abort, an owned partition's fetches all fail, a
+// caught-up partition decides none of its held signals nor applies a
+// command, no cycle ends) that lasts StallTimeout makes Ready false with
+// its cause, until progress resumes; one that lasts StallHalt halts the
+// run with a *StallError.
 //
 // # Goroutines
 //
@@ -161,6 +172,8 @@
 //   - group.go: the consumer group's callbacks, claims made and dropped;
 //   - balancer.go: partition p of every route's input to one instance;
 //   - loop.go: the signals loop, its lanes of held signals and cycles;
+//   - stall.go: the watch that says when the signals side makes no
+//     progress, and halts the run when that lasts;
 //   - decide.go: the rules for one signal, as a pure verdict;
 //   - emit.go: producing a cycle's records and keeping their promises;
 //   - session.go: a cycle's transaction, or its plain commit, and Outcome's use;
@@ -189,6 +202,7 @@
 //   - authz.go: authorization failures;
 //   - store.go: the Store the processor needs;
 //   - config.go: Config;
+//   - clock.go: the wall and monotonic clocks, and what each decides;
 //   - events.go: the EventListener and its infos, Outcome;
 //   - doc.go: this.
 //

@@ -127,7 +127,7 @@ func (e *emitter) produceOutbox(ctx context.Context, it *outboxItem) {
 	err := e.takeRefusedOutbox(it.seq)
 	if r := it.record(); err == nil && !e.lim.fits(r) {
 		err = fmt.Errorf("%w: %d bytes do not fit %s (max.message.bytes %d)", kerr.MessageTooLarge, batchBytes(r), r.Topic, e.lim.of(r.Topic))
-		if now, rerr := e.live.since(ctx, time.Now()); rerr == nil && !now.equal(e.lim) {
+		if now, rerr := e.live.fresh(ctx); rerr == nil && !now.equal(e.lim) {
 			// Not trimmed against a limit that has changed: produced as
 			// it is, the client refuses it, the cycle aborts, and the
 			// next session, made with the limits as they are, produces
@@ -290,7 +290,7 @@ func (e *emitter) followLimits(ctx context.Context) error {
 	if e.refusedAny.Swap(false) {
 		// On a failure the limits stay as last read, and a record refused
 		// again counts towards maxRefusals.
-		now, _ = e.live.since(ctx, time.Now())
+		now, _ = e.live.fresh(ctx)
 	}
 	if now.equal(e.lim) {
 		return nil

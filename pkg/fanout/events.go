@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -75,6 +76,11 @@ type EventListener struct {
 	ProduceFailed func(ProduceFailedInfo)
 	// CycleEnd: a cycle (a transaction) ended.
 	CycleEnd func(CycleInfo)
+	// Stall: the signals side made no progress for Config.StallTimeout
+	// (see StallCause): the processor is not ready until it ends
+	// (Ended), and halts with a *StallError when it lasts
+	// Config.StallHalt.
+	Stall func(StallInfo)
 	// Restored: the gate was rebuilt from the local store at start.
 	Restored func(RestoredInfo)
 	// SnapshotSaved: the gate snapshot was written (or failed to be) as
@@ -91,12 +97,12 @@ func (i PartitionsInfo) String() string { return fmt.Sprintf("partitions %v", i.
 // CaughtUpInfo is a partition that caught up with its commands.
 type CaughtUpInfo struct {
 	Partition int32
-	Applied   int64         // the commands offset applied through
+	Applied   int64         // the next commands offset: every command below it is applied
 	Took      time.Duration // since its assignment
 }
 
 func (i CaughtUpInfo) String() string {
-	return fmt.Sprintf("partition %d caught up with its commands at offset %d in %v", i.Partition, i.Applied, i.Took)
+	return fmt.Sprintf("partition %d caught up with its commands below offset %d in %v", i.Partition, i.Applied, i.Took)
 }
 
 // OpenTransactionInfo is a commands partition held by an open transaction.
@@ -304,6 +310,87 @@ type CycleInfo struct {
 
 func (i CycleInfo) String() string { return fmt.Sprintf("cycle %v: %v", i.Outcome, i.Err) }
 
+// errNoSnapshot is RestoredInfo.Fallback's cause when no snapshot file
+// exists: normal at a first start, a sign of a stop that was not clean
+// otherwise.
+var errNoSnapshot = errors.New("no snapshot")
+
+// StallCause names what made no progress in a Stall. The values are the
+// cause label of the stalls metric.
+type StallCause string
+
+// The stall causes.
+const (
+	// StallAborts: every cycle that carried a record aborted (or ended
+	// with an unknown outcome): a produce that fails for ever, a record
+	// refused for ever, a group that rebalances without end.
+	StallAborts StallCause = "aborts"
+	// StallFetch: every fetch of an owned input partition failed.
+	StallFetch StallCause = "fetch"
+	// StallHeld: a caught-up partition held signals, decided none and
+	// applied no command for StallTimeout past Grace and MaxFutureSkew (a
+	// transaction left open on its commands excepted).
+	StallHeld StallCause = "held"
+	// StallCycle: no cycle ended (a poll, a flush or a transaction's end
+	// that does not return).
+	StallCycle StallCause = "cycle"
+)
+
+// Stall is the signals side making no progress.
+type Stall struct {
+	Cause StallCause
+	// Topic is the input whose fetches fail (StallFetch), empty otherwise.
+	Topic string
+	// Partition is the partition that makes no progress (StallFetch,
+	// StallHeld), -1 when every partition is stalled.
+	Partition int32
+	// Since is when the first failure of the stall's streak was seen, on
+	// the processor's monotonic clock (Config.Monotonic, from an origin of
+	// its own): only its distance from another such instant means
+	// anything.
+	Since time.Time
+	Err   error // the latest failure, nil when the cause has none
+}
+
+func (s Stall) same(o *Stall) bool {
+	return s.Cause == o.Cause && s.Topic == o.Topic && s.Partition == o.Partition
+}
+
+func (s Stall) String() string {
+	var what string
+	switch s.Cause {
+	case StallAborts:
+		what = "every cycle carrying a record aborted"
+	case StallFetch:
+		what = fmt.Sprintf("every fetch of %s partition %d failed", s.Topic, s.Partition)
+	case StallHeld:
+		what = fmt.Sprintf("partition %d held signals and decided none", s.Partition)
+	case StallCycle:
+		what = "no cycle ended"
+	default:
+		what = string(s.Cause)
+	}
+	if s.Err != nil {
+		what += ": " + s.Err.Error()
+	}
+	return what
+}
+
+// StallInfo is a stall that began (Lasted: how long its failures had gone
+// on when it was judged one) or ended (Ended, Lasted in all).
+type StallInfo struct {
+	Stall
+	Lasted time.Duration
+	Ended  bool
+}
+
+func (i StallInfo) String() string {
+	if i.Ended {
+		return fmt.Sprintf("stall (%s) ended after %v", i.Cause, i.Lasted.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("stalled (%s) for %v: %v", i.Cause, i.Lasted.Round(time.Millisecond), i.Stall.String())
+}
+
 // RestoredInfo is the rebuild of the gate at start.
 type RestoredInfo struct {
 	// Members are the users restored, and Episodes their episodes; from a
@@ -430,6 +517,9 @@ func (l *EventListener) EnsureDefaults() *EventListener {
 	if l.CycleEnd == nil {
 		l.CycleEnd = func(CycleInfo) {}
 	}
+	if l.Stall == nil {
+		l.Stall = func(StallInfo) {}
+	}
 	if l.Restored == nil {
 		l.Restored = func(RestoredInfo) {}
 	}
@@ -461,6 +551,7 @@ func TeeEventListener(a, b EventListener) EventListener {
 		DeadLetter:         func(i DeadLetterInfo) { a.DeadLetter(i); b.DeadLetter(i) },
 		ProduceFailed:      func(i ProduceFailedInfo) { a.ProduceFailed(i); b.ProduceFailed(i) },
 		CycleEnd:           func(i CycleInfo) { a.CycleEnd(i); b.CycleEnd(i) },
+		Stall:              func(i StallInfo) { a.Stall(i); b.Stall(i) },
 		Restored:           func(i RestoredInfo) { a.Restored(i); b.Restored(i) },
 		SnapshotSaved:      func(i SnapshotInfo) { a.SnapshotSaved(i); b.SnapshotSaved(i) },
 	}
@@ -472,9 +563,9 @@ const misrouteLogEvery = 10 * time.Second
 
 // MakeLoggingEventListener returns a listener that logs each event to l at
 // the level its kind deserves, as the processor always has: late leaves,
-// open transactions, misroutes (at most once per ten seconds) and failed
-// produces as warnings, changes of ownership, catch-ups and the restore as
-// information. It logs no user id.
+// open transactions, misroutes (at most once per ten seconds), failed
+// produces and stalls as warnings, changes of ownership, catch-ups, the
+// end of a stall and the restore as information. It logs no user id.
 func MakeLoggingEventListener(l *slog.Logger) EventListener {
 	var misroute struct {
 		sync.Mutex
@@ -487,7 +578,10 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 		},
 		PartitionsRevoked: func(i PartitionsInfo) { l.Info("partitions released", "partitions", i.Partitions) },
 		CaughtUp: func(i CaughtUpInfo) {
-			l.Info("partition caught up with its commands; forwarding", "partition", i.Partition, "applied", i.Applied, "took", i.Took.String())
+			// An offset, not a count: commands from a committed offset, or
+			// a topic's start above 0, are not all applied here.
+			l.Info("partition caught up with its commands; forwarding", "partition", i.Partition,
+				"next_command_offset", i.Applied, "took", i.Took.String())
 		},
 		OpenTransaction: func(i OpenTransactionInfo) {
 			switch {
@@ -576,8 +670,24 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 				l.Warn("offset commit failed; signals will be processed again", "err", i.Err)
 			}
 		},
+		Stall: func(i StallInfo) {
+			if i.Ended {
+				l.Info("progress again; the stall is over", "cause", string(i.Cause), "topic", i.Topic,
+					"partition", i.Partition, "lasted", i.Lasted.Round(time.Millisecond).String())
+				return
+			}
+			l.Warn("no progress: not ready until it resumes, halting if it does not", "cause", string(i.Cause),
+				"topic", i.Topic, "partition", i.Partition, "for", i.Lasted.Round(time.Millisecond).String(),
+				"stall", i.Stall.String())
+		},
 		Restored: func(i RestoredInfo) {
-			if i.Fallback != nil {
+			switch {
+			case i.Fallback == nil:
+			case errors.Is(i.Fallback, errNoSnapshot) && i.Members == 0 && i.Episodes == 0:
+				// A first start, or a store whose users never left: no
+				// snapshot was written because there was nothing to keep.
+				l.Info("no gate snapshot and no member in the store to restore (a first start)", "why", i.Fallback)
+			default:
 				l.Warn("gate snapshot not used; scanning the store", "why", i.Fallback)
 			}
 			l.Info("restored membership state", "members", i.Members, "episodes", i.Episodes,

@@ -19,6 +19,7 @@ import (
 // callbacks run on franz-go's goroutines.
 type ownership struct {
 	cfg *Config
+	clk *clock // stamps the claims' assignments (monotonic)
 	// layout is the topics' layout as found at start: its changelog ID
 	// and counts go into the claims' offset metadata.
 	layout layout
@@ -99,7 +100,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			return nil
 		}
 	}
-	now := o.cfg.Now().UnixNano()
+	now := o.clk.monoNow()
 	start := make(map[int32]kgo.Offset, len(parts))
 	for _, part := range parts {
 		if o.claims.get(part) != nil {

@@ -166,7 +166,7 @@ func newTestOwnership(t *testing.T, adm groupAdmin) *ownership {
 	t.Cleanup(func() { store.Close() })
 	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)}
 	cfg.EnsureDefaults()
-	return &ownership{cfg: &cfg, store: store, claims: &claims{}, adm: adm, halt: func(err error) { t.Errorf("halted: %v", err) },
+	return &ownership{cfg: &cfg, clk: newClock(cfg.Now, cfg.Monotonic), store: store, claims: &claims{}, adm: adm, halt: func(err error) { t.Errorf("halted: %v", err) },
 		assignedOnce: new(atomic.Bool)}
 }
 

@@ -24,6 +24,7 @@ import (
 // CommitInterval (end, with the session's Outcome).
 type loop struct {
 	cfg     *Config
+	clk     *clock // reads the fetch and pass times: see clock.go
 	s       session
 	out     *emitter
 	claims  *claims
@@ -41,6 +42,8 @@ type loop struct {
 	applierDone <-chan struct{}
 	// held and heldBytes publish what the lanes hold, for the metrics.
 	held, heldBytes *atomic.Int64
+	// stall is told what progress the loop makes (stall.go).
+	stall *stallWatch
 
 	inputs []string       // the routes' inputs, by route index
 	route  map[string]int // input topic → route index
@@ -52,14 +55,17 @@ type loop struct {
 	// before and were settled otherwise: their refusals are forgotten once
 	// the cycle's output is durable.
 	settledRefused []*kgo.Record
-	// passNs is the wall clock, in Unix ns, read once per decision pass
-	// for the hold histogram.
-	passNs int64
+	// passMono is the monotonic clock, read once per decision pass for
+	// the hold histogram.
+	passMono int64
+	// carried says the current cycle produced a record: only such a
+	// cycle's abort is a failure to progress.
+	carried bool
 }
 
 // newLoop makes the loop of session s.
-func newLoop(cfg *Config, s session, out *emitter) *loop {
-	l := &loop{cfg: cfg, s: s, out: out, route: make(map[string]int), parts: make(map[int32]*part)}
+func newLoop(cfg *Config, clk *clock, s session, out *emitter) *loop {
+	l := &loop{cfg: cfg, clk: clk, s: s, out: out, route: make(map[string]int), parts: make(map[int32]*part)}
 	for i, in := range cfg.Topics.Inputs() {
 		l.inputs = append(l.inputs, string(in))
 		l.route[string(in)] = i
@@ -99,6 +105,7 @@ type lane struct {
 // run on a context that outlives ctx: shutting down finishes in-flight work.
 func (l *loop) run(ctx context.Context) error {
 	work := context.WithoutCancel(ctx)
+	l.stall.loopStarted()
 	for {
 		if err := l.s.begin(); err != nil {
 			return fmt.Errorf("%w: unable to begin: %v", errReplaceSession, err)
@@ -186,8 +193,11 @@ func (l *loop) take(fetches kgo.Fetches) {
 			return
 		}
 		l.cfg.Logger.Warn("fetch error", "topic", t, "partition", p, "err", err)
+		if _, owned := l.route[t]; owned && l.parts[p] != nil {
+			l.stall.fetchFailed(t, p, err)
+		}
 	})
-	now := time.Now().UnixNano()
+	now := l.clk.read()
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		if len(fp.Records) == 0 {
 			return
@@ -199,15 +209,22 @@ func (l *loop) take(fetches kgo.Fetches) {
 			// owner fetches it again from the committed offset.
 			return
 		}
+		l.stall.fetched(fp.Topic, fp.Partition)
 		ln := pt.lanes[route]
-		if ln.start.Offset < 0 {
-			first := fp.Records[0]
-			ln.start = kgo.EpochOffset{Epoch: first.LeaderEpoch, Offset: first.Offset}
-		}
+		in := 0
 		for _, r := range fp.Records {
+			if r.Attrs.IsControl() {
+				continue // a transaction marker: no signal, but a position
+			}
+			if ln.start.Offset < 0 {
+				ln.start = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+			}
 			ln.q.push(r, now)
+			in++
 		}
-		l.series[route].in.Add(float64(len(fp.Records)))
+		l.series[route].in.Add(float64(in))
+		// The last record, a marker included, is the position: a
+		// partition ending with a marker is caught up at 0, not 1.
 		last := fp.Records[len(fp.Records)-1].Offset
 		l.m.lag.WithLabelValues(fp.Topic, strconv.Itoa(int(fp.Partition))).Set(float64(max(fp.HighWatermark-last-1, 0)))
 	})
@@ -241,6 +258,7 @@ func (l *loop) dropPart(p int32, pt *part) {
 		l.m.lag.DeleteLabelValues(l.inputs[route], strconv.Itoa(int(p)))
 	}
 	delete(l.parts, p)
+	l.stall.dropped(p)
 }
 
 func (l *loop) holding() bool {
@@ -259,18 +277,23 @@ func (l *loop) holding() bool {
 // in its lane: offsets are committed in order. The lanes of one partition
 // share its claim's alignment and record of forwarded signals.
 func (l *loop) decideAll(ctx context.Context) {
-	now := l.cfg.Now().UnixNano()
-	// One wall-clock read per pass for the hold histogram: per signal, the
+	// One clock read per pass for the hold histogram: per signal, the
 	// clock was a measurable share of the processor's CPU.
-	l.passNs = time.Now().UnixNano()
-	for _, pt := range l.parts {
+	l.passMono = l.clk.monoNow()
+	for p, pt := range l.parts {
+		c := pt.c
+		// Waiting is not the loop's to answer for while the partition
+		// catches up (Ready says so) or while a transaction left open on
+		// its commands holds it (the broker bounds that).
+		exempt := !c.caughtUp.Load() || c.openTxn.Load()
 		if !pt.holding() {
+			l.stall.deciding(p, false, false, exempt, 0)
 			continue
 		}
-		c := pt.c
 		c.fwd.begin() // before any gate read of the pass: see forwarded
-		av := alignView{nowNs: now, assignedNs: c.notBefore()}
+		var av alignView
 		av.through, av.known = c.alignedThrough()
+		decided := false
 		for route, ln := range pt.lanes {
 			for {
 				h, ok := ln.q.peek()
@@ -278,10 +301,12 @@ func (l *loop) decideAll(ctx context.Context) {
 					break
 				}
 				ln.q.pop()
+				decided = true
 			}
 		}
 		c.fwd.end(pt.pass)
 		pt.pass = pt.pass[:0]
+		l.stall.deciding(p, pt.holding(), decided, exempt, c.applied.Load())
 	}
 	l.held.Store(int64(l.heldCount()))
 }
@@ -300,8 +325,8 @@ func (pt *part) holding() bool {
 func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av alignView) bool {
 	r, c := h.r, pt.c
 	rfl, refused := l.refused.take(r)
-	v := l.rules.judge(l.kp, r, route, rfl, refused, av)
-	v = l.recheck(ctx, r, route, h.fetchedNs, v, refused)
+	v := l.rules.judge(l.kp, r, route, rfl, refused, h.seenNs, av)
+	v = l.recheck(ctx, r, route, h.fetchedMono, v, refused)
 	if v.act == actHold {
 		return false
 	}
@@ -310,20 +335,23 @@ func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av align
 	}
 	switch v.act {
 	case actDeadLetter:
+		l.carried = true
 		l.out.deadLetter(ctx, r, SourceSignals, v.reason, v.err, v.minimal)
 	case actRepublish:
+		l.carried = true
 		l.out.republish(ctx, r, v.want, SourceSignals, v.alone)
 	case actGate:
 		c.publishDeciding(route, r.Offset, v.tsNs) // before asking the gate: see claim
 		// A fair sample of the hold: input offsets are independent of it.
 		if r.Offset%latencySample == 0 {
-			l.m.holdSeconds.Observe(float64(l.passNs-h.fetchedNs) / 1e9)
+			l.m.holdSeconds.Observe(float64(l.passMono-h.fetchedMono) / 1e9)
 		}
 		if !l.gate.Allows(v.user, uint64(v.tsNs)) {
 			l.series[route].droppedLeft.Inc()
 			return true
 		}
 		pt.pass = append(pt.pass, fwd{user: v.user, ts: v.tsNs})
+		l.carried = true
 		l.out.forward(ctx, r, route, v.alone)
 	}
 	return true
@@ -343,6 +371,7 @@ func (l *loop) drainOutbox(ctx context.Context) {
 	items := l.outbox.take()
 	for i := range items {
 		if !items[i].stale(l.cfg.Topics.Changelog) {
+			l.carried = true
 			l.out.produceOutbox(ctx, &items[i])
 		}
 	}
@@ -393,6 +422,8 @@ func (l *loop) end(ctx context.Context) error {
 		return fatal
 	}
 	l.ev.CycleEnd(CycleInfo{Outcome: out, Err: err})
+	l.stall.cycleEnded(out, l.carried, err)
+	l.carried = false
 	for _, pt := range l.parts {
 		pt.c.fwd.settle(out)
 	}
@@ -506,7 +537,7 @@ func (l *loop) delivered() {
 }
 
 // recheck settles again a verdict (of r, read from the input of route at
-// fetchedNs, Unix ns) whose output the topics' limits shape: a signal too
+// fetchedMono, the monotonic clock's ns) whose output the topics' limits shape: a signal too
 // large to forward, one whose DLQ copy is cut to the DLQ's limit, a
 // misrouted one too large to re-publish. Such a verdict stands only if
 // the session's limits are those of a read made after r was fetched;
@@ -514,7 +545,7 @@ func (l *loop) delivered() {
 // this one at the cycle's end), and while the limits cannot be read it
 // waits too. A refused record was refused under the session's limits,
 // which followLimits compared with the topics' since: its verdict stands.
-func (l *loop) recheck(ctx context.Context, r *kgo.Record, route int, fetchedNs int64, v verdict, refused bool) verdict {
+func (l *loop) recheck(ctx context.Context, r *kgo.Record, route int, fetchedMono int64, v verdict, refused bool) verdict {
 	e := l.out
 	switch {
 	case refused:
@@ -530,7 +561,7 @@ func (l *loop) recheck(ctx context.Context, r *kgo.Record, route int, fetchedNs 
 	case v.act != actDeadLetter:
 		return v
 	}
-	if now, err := e.live.since(ctx, time.Unix(0, fetchedNs)); err != nil || !now.equal(e.lim) {
+	if now, err := e.live.since(ctx, fetchedMono); err != nil || !now.equal(e.lim) {
 		return verdict{act: actHold} // a failure is logged by the watcher (liveLimits.watch)
 	}
 	return v

@@ -30,6 +30,7 @@ type metrics struct {
 	lag            *prometheus.GaugeVec // route, partition
 	batchSteps     *prometheus.HistogramVec
 	fetchDelay     prometheus.Histogram
+	stalls         *prometheus.CounterVec // cause
 }
 
 // The route label of a series is the route's input topic: bounded by the
@@ -83,6 +84,8 @@ const (
 	MetricReady             = "cohortgate_ready"
 	MetricBatchStep         = "cohortgate_commands_batch_step_seconds"
 	MetricFetchDelay        = "cohortgate_command_fetch_delay_seconds"
+	MetricStalls            = "cohortgate_stalls_total"
+	MetricStalledSeconds    = "cohortgate_stalled_seconds"
 )
 
 // gauges are values the processor already tracks, exposed as GaugeFuncs so
@@ -92,6 +95,7 @@ type gauges struct {
 	heldSignals, heldBytes   func() float64
 	owned, restoring, outbox func() float64
 	ready                    func() float64
+	stalled                  func() float64
 	openTxns                 func() map[int32]float64 // per owned partition
 }
 
@@ -168,11 +172,14 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Name: MetricFetchDelay, Help: "Time from a command's record timestamp (its producer's clock) to the commands side receiving it from a poll; 0 when the timestamp is ahead.",
 			Buckets: stepBuckets,
 		}),
+		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricStalls, Help: "Stalls: the signals side made no progress for --stall-timeout (cycles carrying records aborted, an owned partition's fetches failed or its signals were not decided, no cycle ended); not ready while one lasts. By cause.",
+		}, []string{"cause"}),
 	}
 	cs := []prometheus.Collector{
 		m.signalsIn, m.forwarded, m.dropped, m.dlq, m.commands, m.misrouted,
 		m.lateLeaves, m.topology, m.txns, m.produceErrors, m.forwardLatency, m.holdSeconds,
-		m.restoreSeconds, m.lag, m.batchSteps, m.fetchDelay,
+		m.restoreSeconds, m.lag, m.batchSteps, m.fetchDelay, m.stalls,
 		partitionGauges{desc: prometheus.NewDesc(MetricOpenTransaction,
 			"Seconds an owned commands partition has been held by a transaction left open on it (0 when it is not); its signals wait meanwhile.",
 			[]string{"partition"}, nil), values: g.openTxns},
@@ -183,7 +190,8 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		gaugeFunc(MetricPartitionsOwned, "Partitions this instance owns.", g.owned),
 		gaugeFunc(MetricPartitionsRestore, "Owned partitions whose membership state is still catching up; their signals wait.", g.restoring),
 		gaugeFunc(MetricOutboxPending, "Changelog, DLQ and re-published command records durably queued for the next transaction.", g.outbox),
-		gaugeFunc(MetricReady, "1 once state is restored and every owned partition caught up, else 0.", g.ready),
+		gaugeFunc(MetricReady, "1 once state is restored and every owned partition caught up, and no stall lasts, else 0.", g.ready),
+		gaugeFunc(MetricStalledSeconds, "Seconds the stall in force has lasted (since its first failure), 0 when none.", g.stalled),
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -196,6 +204,9 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	m.txns.WithLabelValues(outcomeAbort)
 	for _, s := range stepNames {
 		m.batchSteps.WithLabelValues(s)
+	}
+	for _, c := range []StallCause{StallAborts, StallFetch, StallHeld, StallCycle} {
+		m.stalls.WithLabelValues(string(c))
 	}
 	return m, nil
 }
@@ -312,5 +323,10 @@ func (m *metrics) listener() EventListener {
 			}
 		},
 		Restored: func(i RestoredInfo) { m.restoreSeconds.Set(i.Took.Seconds()) },
+		Stall: func(i StallInfo) {
+			if !i.Ended {
+				m.stalls.WithLabelValues(string(i.Cause)).Inc()
+			}
+		},
 	}
 }

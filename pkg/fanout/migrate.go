@@ -65,7 +65,7 @@ type migrator struct {
 	partitions int32 // the commands' count now
 	kp         keyPartition
 	ev         EventListener
-	now        func() time.Time
+	mono       func() int64 // the processor's monotonic clock (clock.monoNow)
 }
 
 // migrateChunk is how many copies are produced at once.
@@ -97,7 +97,7 @@ func (m *migrator) migrate(ctx context.Context, c *claim, restored bool) error {
 		case <-time.After(min(time.Duration(attempt)*time.Second, 10*time.Second)):
 		}
 	}
-	c.readyAfterNs.Store(m.now().UnixNano())
+	c.readyAfterMono.Store(m.mono())
 	info.Took = time.Since(start)
 	m.ev.Migrated(info)
 	return nil

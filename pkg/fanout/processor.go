@@ -26,11 +26,13 @@ type Processor struct {
 	m      *metrics
 	series []routeSeries // the routes' per-signal series
 	ev     EventListener // Config.EventListener, the metrics' and the log's
+	clk    *clock        // Config.Now and Config.Monotonic: see clock.go
 
 	claims  claims
 	outbox  outbox
 	refused refusals // records the broker refused, to settle otherwise when met again
 	lim     limits   // filled by connect
+	stall   *stallWatch
 
 	restored  atomic.Bool
 	started   atomic.Bool // topics checked, clients running
@@ -66,7 +68,7 @@ func New(cfg Config, store Store) (*Processor, error) {
 	if store == nil {
 		return nil, errors.New("fanout: nil store")
 	}
-	p := &Processor{cfg: cfg, store: store, gate: gate.New()}
+	p := &Processor{cfg: cfg, store: store, gate: gate.New(), clk: newClock(cfg.Now, cfg.Monotonic)}
 	p.outbox.store = store
 	m, err := newMetrics(cfg.Registerer, gauges{
 		gateMembers: func() float64 { return float64(p.gate.Len()) },
@@ -82,6 +84,7 @@ func New(cfg Config, store Store) (*Processor, error) {
 			}
 			return 0
 		},
+		stalled: func() float64 { return p.stall.stalledFor().Seconds() },
 		openTxns: func() map[int32]float64 {
 			out := make(map[int32]float64)
 			for _, st := range p.Partitions() {
@@ -99,7 +102,10 @@ func New(cfg Config, store Store) (*Processor, error) {
 		inputs = append(inputs, string(in))
 	}
 	p.series = m.routes(inputs)
-	p.ev = TeeEventListener(TeeEventListener(m.listener(), MakeLoggingEventListener(cfg.Logger)), cfg.EventListener)
+	p.stall = newStallWatch(&p.cfg)
+	p.ev = TeeEventListener(TeeEventListener(TeeEventListener(m.listener(), MakeLoggingEventListener(cfg.Logger)),
+		p.stall.listener()), cfg.EventListener)
+	p.stall.ev = p.ev
 	return p, nil
 }
 
@@ -110,8 +116,9 @@ type runContext struct{ ctx context.Context }
 // ending, the gate is restored, the topics are checked, the consumer group
 // has assigned this instance its partitions (perhaps none, when the group
 // has more instances than partitions), and every owned partition has
-// caught up with its commands. When not ready, why says what it waits for,
-// or why the processor stopped.
+// caught up with its commands, and no stall lasts (the signals side
+// made progress within Config.StallTimeout: see StallCause). When not
+// ready, why says what it waits for, or why the processor stopped.
 func (p *Processor) Ready() (ok bool, why string) {
 	r := p.run.Load()
 	switch {
@@ -130,6 +137,9 @@ func (p *Processor) Ready() (ok bool, why string) {
 		return false, "connecting to Kafka and checking topics"
 	case !p.joined.Load():
 		return false, "joining the consumer group"
+	}
+	if s := p.stall.current(); s != nil {
+		return false, fmt.Sprintf("stalled (%s) for %v: %v", s.Cause, p.stall.lasted(s).Round(time.Second), s)
 	}
 	if n := p.restoring(); n > 0 {
 		return false, fmt.Sprintf("%d partition(s) catching up with their commands", n)
@@ -165,6 +175,10 @@ type PartitionStatus struct {
 	// changelog held by an open transaction, commands of its users in
 	// other partitions. Empty otherwise.
 	Waiting string
+	// Stalled says how the partition makes no progress, when a stall
+	// lasts that concerns it (its own, or every partition's: see
+	// StallCause). Empty otherwise.
+	Stalled string
 }
 
 // InputStatus is an owned partition of one route's input.
@@ -178,14 +192,18 @@ type InputStatus struct {
 
 // Partitions lists the partitions this instance owns, ordered by number.
 func (p *Processor) Partitions() []PartitionStatus {
-	now := p.cfg.Now().UnixNano()
+	now := p.clk.monoNow()
+	stall := p.stall.current()
 	var out []PartitionStatus
 	for _, c := range p.claims.all() {
 		st := PartitionStatus{Partition: c.partition, CaughtUp: c.caughtUp.Load(), Waiting: c.waiting()}
+		if stall != nil && (stall.Partition < 0 || stall.Partition == c.partition) {
+			st.Stalled = stall.String()
+		}
 		for i, in := range p.cfg.Topics.Inputs() {
 			st.Inputs = append(st.Inputs, InputStatus{Topic: string(in), Next: c.deciding[i].Load()})
 		}
-		if since := c.openTxnSinceNs.Load(); since != 0 {
+		if since := c.openTxnSince.Load(); c.openTxn.Load() {
 			st.OpenTransaction = time.Duration(max(now-since, 0))
 		}
 		out = append(out, st)
@@ -370,10 +388,11 @@ func (p *Processor) setBetweenRuns(why string) {
 // runOnce is one run of the processor under the topics' layout as it
 // finds them, until ctx is done, a fatal error, or the topics change.
 //
-// It owns seven goroutines and returns only after all have exited: the
+// It owns eight goroutines and returns only after all have exited: the
 // restore, the signals loop (its own), the commands side, the aligner,
-// the topics' watcher, the limits' watcher and the watch on the store (a failure in Pebble's
-// background halts the run).
+// the topics' watcher, the limits' watcher, the watch on the store (a
+// failure in Pebble's background halts the run) and the stall watch (a
+// stall that outlasts Config.StallHalt halts it).
 func (p *Processor) runOnce(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -453,6 +472,8 @@ func (p *Processor) runOnce(ctx context.Context) error {
 			return nil
 		}
 	})
+	p.stall.reset()
+	run("liveness", p.stall.run)
 	run("topology", (&watcher{interval: p.cfg.TopologyInterval, found: k.layout, topics: p.cfg.Topics,
 		list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
 			return listTopics(ctx, k.admCl, names)
@@ -482,7 +503,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 			return l.end, nil
 		},
 		migrate: &migrator{cl: k.recov, prod: k.admCl, topic: commands, partitions: k.signalPartitions,
-			kp: newKeyPartition(), ev: p.ev, now: p.cfg.Now},
+			kp: newKeyPartition(), ev: p.ev, mono: p.clk.monoNow},
 		handover: &restorer{cfg: &p.cfg, store: p.store, gate: p.gate, rec: rec, ev: p.ev,
 			changelogParts: k.changelogPartitions, layoutParts: k.signalPartitions,
 			seek: func(part int32, offset int64) {
@@ -498,7 +519,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	if !p.cfg.UnsafeIgnoreTopology {
 		count = func(ctx context.Context) (int32, error) { return partitionCount(ctx, k.meta, commands) }
 	}
-	al := &aligner{interval: p.cfg.AlignInterval, now: p.cfg.Now, topic: commands, lso: p.cfg.UnsafeObserveLSO,
+	al := &aligner{interval: p.cfg.AlignInterval, clk: p.clk, topic: commands, lso: p.cfg.UnsafeObserveLSO,
 		suspectFor: suspectFor,
 		count:      count,
 		partitions: k.signalPartitions,
@@ -529,7 +550,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	run("alignment", afterRestore(al.run))
 	p.started.Store(true)
 	p.setBetweenRuns("")
-	own := &ownership{cfg: &p.cfg, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, cmds: k.cmds,
+	own := &ownership{cfg: &p.cfg, clk: p.clk, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, cmds: k.cmds,
 		leaderEpoch: func(part int32) int32 {
 			if _, epoch, err := k.cmds.PartitionLeader(commands, part); err == nil {
 				return epoch
@@ -616,11 +637,12 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 		if err != nil {
 			return err
 		}
-		l := newLoop(&p.cfg, s, newEmitter(s, p.cfg.Topics, lim, k.lim, &p.refused, p.m, p.series, p.ev, halt))
+		l := newLoop(&p.cfg, p.clk, s, newEmitter(s, p.cfg.Topics, lim, k.lim, &p.refused, p.m, p.series, p.ev, halt))
 		l.claims, l.gate, l.outbox, l.refused = &p.claims, p.gate, &p.outbox, &p.refused
 		l.m, l.series, l.ev, l.rules, l.kp, l.halt = p.m, p.series, p.ev, rules, newKeyPartition(), halt
-		l.applierDone, l.held, l.heldBytes = applierDone, &p.held, &p.heldBytes
+		l.applierDone, l.held, l.heldBytes, l.stall = applierDone, &p.held, &p.heldBytes, p.stall
 		err = l.run(ctx)
+		p.stall.loopStopped()
 		s.close() // leaves the group; the revoke callback drops the claims
 		switch {
 		case errors.Is(err, errReplaceSession):
@@ -645,6 +667,10 @@ func (p *Processor) newSession(own *ownership, lim *limits) (session, error) {
 		kgo.Balancers(balancerFor(inputs)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Transaction markers are handed to take, which skips them: they
+		// are how it knows a partition's position passed its last marker
+		// (its lag, 0 when caught up), which franz-go does not report.
+		kgo.KeepControlRecords(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(own.assigned),
 		kgo.OnPartitionsRevoked(own.revoked),

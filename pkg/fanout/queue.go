@@ -10,10 +10,13 @@ type queue struct {
 	bytes int64 // sum of recordSize over recs[head:]
 }
 
-// held is a fetched signal and when it was fetched (ns, wall clock).
+// held is a fetched signal and the clock when it was fetched: fetchedMono
+// (monotonic ns) for the time it is held, seenNs (the late reading, ns
+// since the Unix epoch) for its future skew, judged at first sight.
 type held struct {
-	r         *kgo.Record
-	fetchedNs int64
+	r           *kgo.Record
+	fetchedMono int64
+	seenNs      int64
 }
 
 func recordSize(r *kgo.Record) int64 {
@@ -24,8 +27,8 @@ func recordSize(r *kgo.Record) int64 {
 	return n
 }
 
-func (q *queue) push(r *kgo.Record, fetchedNs int64) {
-	q.recs = append(q.recs, held{r, fetchedNs})
+func (q *queue) push(r *kgo.Record, fetched reading) {
+	q.recs = append(q.recs, held{r, fetched.mono, fetched.late})
 	q.bytes += recordSize(r)
 }
 

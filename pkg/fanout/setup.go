@@ -103,12 +103,13 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 	k.layout = layoutOf(cfg.Topics, details)
 	k.signalPartitions = k.layout.partitions()
 	k.changelogPartitions = k.layout.Changelog.Partitions
-	readAt := time.Now()
+	mono := func() int64 { return int64(cfg.Monotonic()) }
+	readAt := mono()
 	if *lim, err = readLimits(ctx, k.adm, cfg.Topics); err != nil {
 		k.adm.Close()
 		return nil, err
 	}
-	k.lim = newLiveLimits(*lim, readAt, func(ctx context.Context) (limits, error) { return readLimits(ctx, k.adm, cfg.Topics) })
+	k.lim = newLiveLimits(*lim, readAt, mono, func(ctx context.Context) (limits, error) { return readLimits(ctx, k.adm, cfg.Topics) })
 	consumer := func(id string) []kgo.Opt {
 		return append(clientOpts(cfg, lim, id),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),

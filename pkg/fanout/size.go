@@ -72,13 +72,14 @@ func (l limits) equal(o limits) bool { return maps.Equal(l.byTopic, o.byTopic) }
 // concurrent use.
 type liveLimits struct {
 	read func(context.Context) (limits, error)
+	mono func() int64 // the processor's monotonic clock, ns (Config.Monotonic)
 	cur  atomic.Pointer[limits]
 	mu   struct {
 		sync.Mutex // serialises reads
-		// readAt is when the read that set cur began; failedAt, when
-		// the last read that failed did (a failure is not retried
-		// sooner than limitsRetry).
-		readAt, failedAt time.Time
+		// readAt is when (mono) the read that set cur began; failedAt,
+		// when the last read that failed did, 0 if none since (a
+		// failure is not retried sooner than limitsRetry).
+		readAt, failedAt int64
 	}
 }
 
@@ -89,9 +90,10 @@ const (
 	limitsRetry       = time.Second
 )
 
-// newLiveLimits starts from first, read at readAt, and reads again with read.
-func newLiveLimits(first limits, readAt time.Time, read func(context.Context) (limits, error)) *liveLimits {
-	l := &liveLimits{read: read}
+// newLiveLimits starts from first, read at readAt (mono), and reads again
+// with read.
+func newLiveLimits(first limits, readAt int64, mono func() int64, read func(context.Context) (limits, error)) *liveLimits {
+	l := &liveLimits{read: read, mono: mono}
 	l.cur.Store(&first)
 	l.mu.readAt = readAt
 	return l
@@ -100,19 +102,19 @@ func newLiveLimits(first limits, readAt time.Time, read func(context.Context) (l
 // now returns the limits last read.
 func (l *liveLimits) now() limits { return *l.cur.Load() }
 
-// since returns limits read at t or later, reading them now if the last
-// read began before t. On a failure it returns the error and the limits
-// last read, which the caller must not settle a record against.
-func (l *liveLimits) since(ctx context.Context, t time.Time) (limits, error) {
+// since returns limits read at t (mono) or later, reading them now if the
+// last read began before t. On a failure it returns the error and the
+// limits last read, which the caller must not settle a record against.
+func (l *liveLimits) since(ctx context.Context, t int64) (limits, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.mu.readAt.Before(t) {
+	if l.mu.readAt >= t {
 		return l.now(), nil
 	}
-	if !l.mu.failedAt.IsZero() && time.Since(l.mu.failedAt) < limitsRetry {
-		return l.now(), fmt.Errorf("the topics' max.message.bytes could not be read since %s", l.mu.failedAt.Format(time.RFC3339Nano))
+	start := l.mono()
+	if l.mu.failedAt != 0 && time.Duration(start-l.mu.failedAt) < limitsRetry {
+		return l.now(), fmt.Errorf("the topics' max.message.bytes could not be read %v ago", time.Duration(start-l.mu.failedAt).Round(time.Millisecond))
 	}
-	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, limitsReadTimeout)
 	n, err := l.read(rctx)
 	cancel()
@@ -121,9 +123,12 @@ func (l *liveLimits) since(ctx context.Context, t time.Time) (limits, error) {
 		return l.now(), err
 	}
 	l.cur.Store(&n)
-	l.mu.readAt, l.mu.failedAt = start, time.Time{}
+	l.mu.readAt, l.mu.failedAt = start, 0
 	return n, nil
 }
+
+// fresh returns limits read now.
+func (l *liveLimits) fresh(ctx context.Context) (limits, error) { return l.since(ctx, l.mono()) }
 
 // watch reads the limits every interval until ctx is done. A failed read
 // is logged and tried again; a missing ACL ends it with the error.
@@ -136,7 +141,7 @@ func (l *liveLimits) watch(ctx context.Context, interval time.Duration, log inte
 			return nil
 		case <-t.C:
 		}
-		if _, err := l.since(ctx, time.Now()); err != nil && ctx.Err() == nil {
+		if _, err := l.fresh(ctx); err != nil && ctx.Err() == nil {
 			if errors.Is(err, ErrNotAuthorized) {
 				return err
 			}

@@ -116,10 +116,10 @@ func TestDeadLetterRecord(t *testing.T) {
 // limits last read with the error, and is not tried again sooner than
 // limitsRetry.
 func TestLiveLimitsSince(t *testing.T) {
-	start := time.Now()
+	var clock int64 = 1000 // ns
 	var reads int
 	var fail error
-	l := newLiveLimits(limits{byTopic: map[string]int{"t": 100}}, start, func(context.Context) (limits, error) {
+	l := newLiveLimits(limits{byTopic: map[string]int{"t": 100}}, clock, func() int64 { return clock }, func(context.Context) (limits, error) {
 		reads++
 		if fail != nil {
 			return limits{}, fail
@@ -127,17 +127,28 @@ func TestLiveLimitsSince(t *testing.T) {
 		return limits{byTopic: map[string]int{"t": 100 * (reads + 1)}}, nil
 	})
 	ctx := context.Background()
-	if got, err := l.since(ctx, start.Add(-time.Second)); err != nil || got.of("t") != 100 || reads != 0 {
+	if got, err := l.since(ctx, clock-1); err != nil || got.of("t") != 100 || reads != 0 {
 		t.Fatalf("since an instant before the first read: limit %d, %v, %d reads; want 100 without a read", got.of("t"), err, reads)
 	}
-	if got, err := l.since(ctx, time.Now()); err != nil || got.of("t") != 200 || reads != 1 || l.now().of("t") != 200 {
-		t.Fatalf("since now: limit %d, %v, %d reads; want 200 from a read", got.of("t"), err, reads)
+	clock += int64(time.Second)
+	if got, err := l.fresh(ctx); err != nil || got.of("t") != 200 || reads != 1 || l.now().of("t") != 200 {
+		t.Fatalf("fresh: limit %d, %v, %d reads; want 200 from a read", got.of("t"), err, reads)
+	}
+	if got, err := l.since(ctx, clock); err != nil || got.of("t") != 200 || reads != 1 {
+		t.Fatalf("since the last read began: limit %d, %v, %d reads; want 200 without a read", got.of("t"), err, reads)
 	}
 	fail = errors.New("broker away")
-	if got, err := l.since(ctx, time.Now()); !errors.Is(err, fail) || got.of("t") != 200 || reads != 2 {
+	clock += int64(time.Second)
+	if got, err := l.fresh(ctx); !errors.Is(err, fail) || got.of("t") != 200 || reads != 2 {
 		t.Fatalf("a failed read: limit %d, %v, %d reads; want 200 and the error", got.of("t"), err, reads)
 	}
-	if _, err := l.since(ctx, time.Now()); err == nil || reads != 2 {
+	clock += int64(limitsRetry / 2)
+	if _, err := l.fresh(ctx); err == nil || reads != 2 {
 		t.Fatalf("right after a failure: %v, %d reads; want an error without a read", err, reads)
+	}
+	clock += int64(limitsRetry)
+	fail = nil
+	if got, err := l.fresh(ctx); err != nil || got.of("t") != 400 || reads != 3 {
+		t.Fatalf("a retry after limitsRetry: limit %d, %v, %d reads; want 400 from a read", got.of("t"), err, reads)
 	}
 }

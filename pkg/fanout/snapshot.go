@@ -145,7 +145,7 @@ func matchLabel(label []byte, topic string, store map[int32]int64) error {
 func (s gateSnapshot) load(store Store, g *gate.Map) error {
 	f, err := os.Open(s.path)
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no snapshot at %s", s.path)
+		return fmt.Errorf("%w at %s", errNoSnapshot, s.path)
 	}
 	if err != nil {
 		return err
