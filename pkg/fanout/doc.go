@@ -158,6 +158,8 @@
 //   - processor.go: the Processor, its Run and the goroutines it owns;
 //   - topology.go: the watch on the topics' counts and IDs while running;
 //   - setup.go: connecting to Kafka, checking and creating the topics;
+//   - topicids.go: topics known by their IDs, and what one created again
+//     while running does;
 //   - group.go: the consumer group's callbacks, claims made and dropped;
 //   - balancer.go: partition p of every route's input to one instance;
 //   - loop.go: the signals loop, its lanes of held signals and cycles;

@@ -73,7 +73,8 @@ type kafka struct {
 
 	signalPartitions    int32 // of both input topics
 	changelogPartitions int32
-	layout              layout // the topics as found at start
+	layout              layout    // the topics as found at start
+	outputs             outputIDs // the outputs' topic IDs as found at start
 	lim                 limits
 }
 
@@ -99,6 +100,7 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 		return nil, err
 	}
 	k.layout = layoutOf(cfg.Topics, details)
+	k.outputs = outputIDsOf(cfg.Topics, details)
 	k.signalPartitions = k.layout.partitions()
 	k.changelogPartitions = k.layout.Changelog.Partitions
 	if *lim, err = readLimits(ctx, k.adm, cfg.Topics); err != nil {
