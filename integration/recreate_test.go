@@ -3,12 +3,14 @@ package integration
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cohortgate/cohortgate/pkg/fanout"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -137,4 +139,155 @@ func TestDLQRecreatedWhileRunningResumes(t *testing.T) {
 		}
 		t.Errorf("new DLQ holds %q; want [bad-after]", vs)
 	}
+}
+
+// latestRecords returns the latest record of each user on the changelog
+// (a compacted topic keeps the last one of a key), by user.
+func (e *env) latestRecords() map[uint64][]byte {
+	e.t.Helper()
+	out := make(map[uint64][]byte)
+	for _, r := range e.readAll(e.set.Changelog) {
+		u, err := topics.ParseUserID(r.Key)
+		if err != nil {
+			e.t.Fatalf("changelog key %q: %v", r.Key, err)
+		}
+		out[u] = r.Value
+	}
+	return out
+}
+
+// TestChangelogRecreatedWhileRunningRefills: the changelog deleted and
+// created again under a running processor. Its records were what the
+// purge job reads; the new one held only the records of commands applied
+// after it (and franz-go kept producing to the old ID until the run
+// restarted). The processor now refills it with the current record of
+// every user of its partitions: each user's latest record is what the
+// processor says of the user, boundaries, history and late-leave windows
+// included, and a later leave reaches it too.
+func TestChangelogRecreatedWhileRunningRefills(t *testing.T) {
+	e := newEnv(t, 2)
+	pr := e.start(t.TempDir(), e.config())
+	pr.waitReady(t, 2)
+	t0 := time.Now()
+	e.command(topics.Leave, 1, t0.Add(-time.Hour))
+	e.command(topics.Leave, 2, t0.Add(-2*time.Hour))
+	e.command(topics.Rejoin, 2, t0.Add(-time.Hour))
+	e.command(topics.Rejoin, 3, t0.Add(-time.Hour)) // active, never left: a record all the same
+	e.signal(4, t0.Add(-time.Minute), "late")
+	e.waitDecided()
+	e.command(topics.Leave, 4, t0.Add(-2*time.Minute)) // after its signal was forwarded: a window
+	users := []uint64{1, 2, 3, 4}
+	eventually(t, 30*time.Second, func() error {
+		if m, err := pr.Member(4); err != nil || len(m.LateLeaves) == 0 {
+			return fmt.Errorf("user 4: %+v, %v; want a late-leave window", m, err)
+		}
+		return nil
+	})
+	e.judgeAll(2, "a")
+	if got := e.latestRecords(); len(got) < len(users) {
+		t.Fatalf("changelog before: %d users, want %d", len(got), len(users))
+	}
+
+	e.recreate(e.set.Changelog)
+	check := func(users []uint64) error {
+		got := e.latestRecords()
+		for _, u := range users {
+			m, err := pr.Member(u)
+			if err != nil {
+				return fmt.Errorf("user %d: %v", u, err)
+			}
+			v, ok := got[u]
+			if !ok {
+				return fmt.Errorf("user %d: no record on the new changelog", u)
+			}
+			rec, err := topics.DecodeMemberRecord(v)
+			if err != nil {
+				t.Fatalf("user %d: %v", u, err)
+			}
+			if a, b := string(topics.AppendMemberRecord(nil, rec)), string(topics.AppendMemberRecord(nil, m)); a != b {
+				return fmt.Errorf("user %d: the new changelog says %s; the processor says %s", u, a, b)
+			}
+		}
+		return nil
+	}
+	eventually(t, recreateWithin, func() error { return check(users) })
+
+	e.command(topics.Leave, 5, t0)
+	users = append(users, 5)
+	eventually(t, 30*time.Second, func() error { return check(users) })
+
+	// Once the refill is delivered, the offset metadata names the new
+	// changelog: an owner with an empty data directory restores the
+	// partitions' users from it, and says of each what the old owner said.
+	e.judgeAll(2, "b")
+	want := make(map[uint64]string)
+	for _, u := range users {
+		m, err := pr.Member(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[u] = string(topics.AppendMemberRecord(nil, m))
+	}
+	if err := pr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	var handovers []fanout.HandoverInfo
+	var mu sync.Mutex
+	cfg := e.config()
+	cfg.EventListener = fanout.EventListener{Handover: func(i fanout.HandoverInfo) {
+		mu.Lock()
+		handovers = append(handovers, i)
+		mu.Unlock()
+	}}
+	b := e.start(t.TempDir(), cfg)
+	b.waitReady(t, 2)
+	for _, u := range users {
+		m, err := b.Member(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(topics.AppendMemberRecord(nil, m)); got != want[u] {
+			t.Errorf("user %d on a new owner: %s; want %s", u, got, want[u])
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(handovers) == 0 {
+		t.Error("no partition was handed over to the owner with an empty data directory")
+	}
+	for _, h := range handovers {
+		if h.Source != "changelog" {
+			t.Errorf("partition %d was not restored from the refilled changelog: %+v", h.Partition, h)
+		}
+	}
+}
+
+// TestChangelogRecreatedWhileStoppedRefills: the same, with the changelog
+// deleted and created again while no processor ran.
+func TestChangelogRecreatedWhileStoppedRefills(t *testing.T) {
+	e := newEnv(t, 2)
+	dir := t.TempDir()
+	pr := e.start(dir, e.config())
+	pr.waitReady(t, 2)
+	t0 := time.Now()
+	for u := uint64(1); u <= 6; u++ {
+		e.command(topics.Leave, u, t0.Add(-time.Hour))
+	}
+	e.judgeAll(2, "a")
+	if err := pr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	e.recreate(e.set.Changelog)
+	pr = e.start(dir, e.config())
+	pr.waitReady(t, 2)
+	eventually(t, recreateWithin, func() error {
+		got := e.latestRecords()
+		for u := uint64(1); u <= 6; u++ {
+			rec, err := topics.DecodeMemberRecord(got[u])
+			if err != nil || rec.Status != "left" {
+				return fmt.Errorf("user %d: %q on the new changelog (%v); want left", u, got[u], err)
+			}
+		}
+		return nil
+	})
 }

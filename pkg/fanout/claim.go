@@ -49,6 +49,10 @@ type claim struct {
 	// shared.
 	changelogID    string
 	changelogParts int32
+	// refill is the claim's refill of a changelog created again since
+	// its previous owners' metadata, nil when none is needed (refill.go).
+	// Set before the claim is shared.
+	refill *refill
 	// readSingle says the previous owners' metadata vouches that every
 	// changelog record of the partition's users is in the changelog
 	// partition their key gives now (readRequest.single). Set before the
@@ -205,8 +209,58 @@ func (c *claim) meta(judged int64) string {
 	if j < c.tailEnd {
 		parts = c.inheritedParts
 	}
-	return offsetMeta{eventNs: c.maxEventNs.Load(), judged: j, changelogID: c.changelogID,
-		changelogParts: c.changelogParts, commandsID: c.commandsID, commandsParts: parts}.String()
+	clID, clParts := c.changelogMeta()
+	return offsetMeta{eventNs: c.maxEventNs.Load(), judged: j, changelogID: clID,
+		changelogParts: clParts, commandsID: c.commandsID, commandsParts: parts}.String()
+}
+
+// refill is a claim's pending refill of the changelog.
+type refill struct {
+	// from is the changelog ID the partition's metadata named: the
+	// changelog deleted since; to and toParts are the changelog's ID and
+	// partition count now. Immutable.
+	from, to string
+	toParts  int32
+	// queued is set by the commands side once the records are in the
+	// outbox. Owned by the commands side.
+	queued bool
+	// last is the outbox sequence number of the refill's last record,
+	// refillNone when it had none, 0 until they are stored; delivered is
+	// the outbox's delivered watermark. Stored by the commands side
+	// (delivered first), read by the signals loop for the metadata.
+	last      atomic.Uint64
+	delivered atomic.Pointer[atomic.Uint64]
+}
+
+// changelogMeta is the changelog ID and partition count the claim's
+// offset metadata names (see offsetMeta): while a refill is pending, the
+// changelog it refills from, so that a next owner refills again; once it
+// is delivered, the new changelog, which holds every user's record.
+func (c *claim) changelogMeta() (string, int32) {
+	switch r := c.refill; {
+	case r == nil:
+		return c.changelogID, c.changelogParts
+	case r.done():
+		return r.to, r.toParts
+	default:
+		return r.from, 0
+	}
+}
+
+// refillNone is refill.last for a refill without records.
+const refillNone = ^uint64(0)
+
+// done reports whether the refill's records were delivered.
+func (r *refill) done() bool {
+	switch last := r.last.Load(); last {
+	case 0:
+		return false
+	case refillNone:
+		return true
+	default:
+		d := r.delivered.Load()
+		return d != nil && d.Load() >= last
+	}
 }
 
 // noChangelogID is the changelog topic ID of offset metadata that does not

@@ -171,6 +171,7 @@
 //     an owner with no state for it;
 //   - migrate.go: after the commands' partition count grew, the commands
 //     of a partition's users that others held, re-published to it;
+//   - refill.go: a changelog created again, refilled from the store;
 //   - claim.go: what both sides share about one owned partition;
 //   - recover.go: late-leave windows recovered from the changelog, and
 //     the restore headers a read keeps for handover.go;

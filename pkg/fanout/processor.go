@@ -489,6 +489,8 @@ func (p *Processor) runOnce(ctx context.Context) error {
 					commands: {part: {Epoch: -1, Offset: offset}},
 				})
 			}}}
+	ap.refill = &refiller{cfg: &p.cfg, store: p.store, claims: &p.claims, outbox: &p.outbox, kp: newKeyPartition(),
+		partitions: k.signalPartitions, hand: ap.handRefill}
 	run("commands", func(ctx context.Context) error {
 		defer close(applierDone)
 		return afterRestore(ap.run)(ctx)

@@ -24,7 +24,8 @@ import (
 //   - the commands, the inputs and the changelog are the layout
 //     (layout.go); a new ID of any of them ends the run, and Run starts
 //     again with new clients. A recreated commands topic then halts
-//     (CommandsRecreatedError).
+//     (CommandsRecreatedError). The changelog is refilled with the current
+//     record of every user of each owned partition (refill.go).
 //   - the outputs (every route's output and the DLQ) hold no state: a new
 //     ID of one ends the run just the same, and the next run's clients
 //     produce to the new topic. What the cycles under way had produced to
