@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -290,4 +292,121 @@ func TestChangelogRecreatedWhileStoppedRefills(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestSignalsRecreatedWhileRunningStartsOver: the signals topic deleted
+// and created again under a running processor, and filled past where the
+// old one had been decided. The processor reads the new topic from its
+// beginning: every signal of an active user is forwarded, none of a user
+// who left.
+func TestSignalsRecreatedWhileRunningStartsOver(t *testing.T) {
+	e := newEnv(t, 2)
+	pr := e.start(t.TempDir(), e.config())
+	pr.waitReady(t, 2)
+	t0 := time.Now()
+	e.command(topics.Leave, 2, t0.Add(-time.Hour))
+	for i := range 6 {
+		e.signal(uint64(1+i%2*2), t0, fmt.Sprint("old-", i)) // users 1 and 3
+	}
+	e.waitDecided()
+
+	e.recreate(e.set.Signals)
+	var want []string
+	for i := range 12 {
+		u := uint64(1 + i%3) // 1, 2, 3
+		v := fmt.Sprint("new-", u, "-", i)
+		e.signal(u, t0, v)
+		if u != 2 {
+			want = append(want, v)
+		}
+	}
+	e.waitForwarded(recreateWithin, want...)
+	e.waitDecided()
+	for _, v := range e.forwardedValues() {
+		if strings.HasPrefix(v, "new-2-") {
+			t.Errorf("%s was forwarded: a signal of a user who had left", v)
+		}
+	}
+}
+
+// TestCommandsRecreatedWhileRunningHalts: the commands topic deleted and
+// created again under a running processor halts it, as at a start: its
+// state reflects commands that are gone.
+func TestCommandsRecreatedWhileRunningHalts(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.config()
+	pr := e.start(t.TempDir(), cfg)
+	pr.waitReady(t, 2)
+	e.command(topics.Leave, 1, time.Now())
+	e.judgeAll(2, "a")
+	e.recreate(e.set.Commands)
+	select {
+	case err := <-pr.done:
+		pr.done <- err
+		var recreated *fanout.CommandsRecreatedError
+		if !errors.As(err, &recreated) || !strings.Contains(err.Error(), "empty data directory") {
+			t.Fatalf("Run = %v, want a CommandsRecreatedError naming the way out", err)
+		}
+	case <-time.After(recreateWithin):
+		t.Fatalf("processor did not halt within %v over a recreated commands topic", recreateWithin)
+	}
+	if ok, why := pr.Ready(); ok || !strings.Contains(why, "deleted and created again") {
+		t.Errorf("Ready = %v, %q; want not ready, saying why", ok, why)
+	}
+}
+
+// TestSignalsRecreatedIgnoresOldOffsets: the signals topic deleted and
+// created again, and the group's offsets for it committed again after
+// the deletion, as a cycle under way when it was deleted commits them (by
+// topic name, landing on the new topic). Read from them, the new topic's
+// signals below them were skipped: never forwarded, never dead-lettered.
+// The offset metadata now names the inputs' topic IDs, and an offset
+// committed for another topic of the name is not used: the new topic is
+// read from its beginning.
+func TestSignalsRecreatedIgnoresOldOffsets(t *testing.T) {
+	e := newEnv(t, 2)
+	dir := t.TempDir()
+	pr := e.start(dir, e.config())
+	pr.waitReady(t, 2)
+	t0 := time.Now()
+	e.command(topics.Leave, 2, t0.Add(-time.Hour))
+	for i := range 8 {
+		e.signal(uint64(1+i%2*2), t0, fmt.Sprint("old-", i)) // users 1 and 3
+	}
+	e.waitDecided()
+	if err := pr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	ctx := e.ctx(60 * time.Second)
+	old, err := e.adm.FetchOffsetsForTopics(ctx, e.group, string(e.set.Signals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.recreate(e.set.Signals)
+	var want []string
+	for i := range 12 {
+		u := uint64(1 + i%3) // 1, 2, 3
+		v := fmt.Sprint("new-", u, "-", i)
+		e.signal(u, t0, v)
+		if u != 2 {
+			want = append(want, v)
+		}
+	}
+	resp, err := e.adm.CommitOffsets(ctx, e.group, old.Offsets())
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("committing the old topic's offsets again: %v", err)
+	}
+
+	pr = e.start(dir, e.config())
+	pr.waitReady(t, 2)
+	e.waitForwarded(recreateWithin, want...)
+	e.waitDecided()
+	for _, v := range e.forwardedValues() {
+		if strings.HasPrefix(v, "new-2-") {
+			t.Errorf("%s was forwarded: a signal of a user who had left", v)
+		}
+	}
 }

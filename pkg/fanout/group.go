@@ -181,6 +181,7 @@ func highestEventNs(seen map[int32]committedMeta) int64 {
 func (o *ownership) layoutClaim(c *claim, m committedMeta, inherited bool, checkpoint int64, hasCheckpoint bool) {
 	lay := o.layout
 	c.commandsID, c.layoutParts, c.inheritedParts = lay.Commands.ID, lay.partitions(), lay.partitions()
+	c.inputIDs = lay.inputFingerprints()
 	if inherited && m.commandsParts > 0 {
 		c.inheritedParts = m.commandsParts
 	}

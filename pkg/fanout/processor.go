@@ -647,6 +647,8 @@ func (p *Processor) newSession(own *ownership) (session, error) {
 		kgo.OnPartitionsRevoked(own.revoked),
 		kgo.OnPartitionsLost(own.lost),
 	)
+	starts := newInputStarts(inputs, own.layout, p.cfg.Logger)
+	opts = append(opts, kgo.OnOffsetsFetched(starts.fetched), kgo.AdjustFetchOffsetsFn(starts.adjust))
 	if p.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))
 	}

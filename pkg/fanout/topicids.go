@@ -1,11 +1,15 @@
 package fanout
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortgate/cohortgate/topics"
 )
@@ -24,7 +28,9 @@ import (
 //   - the commands, the inputs and the changelog are the layout
 //     (layout.go); a new ID of any of them ends the run, and Run starts
 //     again with new clients. A recreated commands topic then halts
-//     (CommandsRecreatedError). The changelog is refilled with the current
+//     (CommandsRecreatedError). An input's partitions are read from the
+//     new topic's beginning, whatever offsets were committed for the old
+//     one (inputStarts). The changelog is refilled with the current
 //     record of every user of each owned partition (refill.go).
 //   - the outputs (every route's output and the DLQ) hold no state: a new
 //     ID of one ends the run just the same, and the next run's clients
@@ -76,4 +82,88 @@ func (o outputIDs) changes(now outputIDs) []string {
 		}
 	}
 	return out
+}
+
+// inputStarts makes a signals session start each input partition whose
+// committed offset was committed for another topic of the input's name
+// at the new topic's beginning, not at that offset. Kafka deletes a
+// topic's committed offsets with it, but a cycle under way when it was
+// deleted commits its offsets by name, and they land on the new topic
+// when it was created again meanwhile: resumed at them, the session would
+// skip the new topic's records below them. The offset metadata names the
+// inputs' IDs (offsetMeta.inputs); metadata that does not (an older
+// version's) is believed.
+//
+// Its two callbacks run one after the other on the group's goroutine, on
+// every assignment: fetched keeps the metadata of the offsets the group
+// fetched, adjust moves the offsets it must.
+type inputStarts struct {
+	inputs []string // the routes' inputs, in route order
+	ids    []string // their fingerprints in the layout the run found
+	log    interface{ Info(string, ...any) }
+
+	mu struct {
+		sync.Mutex
+		meta map[string]map[int32]string // by input and partition
+	}
+}
+
+func newInputStarts(inputs []string, found layout, log interface{ Info(string, ...any) }) *inputStarts {
+	return &inputStarts{inputs: inputs, ids: found.inputFingerprints(), log: log}
+}
+
+// fetched is a kgo.OnOffsetsFetched callback.
+func (s *inputStarts) fetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+	meta := make(map[string]map[int32]string)
+	add := func(topic string, part int32, m *string) {
+		if m == nil || *m == "" {
+			return
+		}
+		if meta[topic] == nil {
+			meta[topic] = make(map[int32]string)
+		}
+		meta[topic][part] = *m
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			add(t.Topic, p.Partition, p.Metadata)
+		}
+	}
+	for _, g := range resp.Groups {
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				add(t.Topic, p.Partition, p.Metadata)
+			}
+		}
+	}
+	s.mu.Lock()
+	s.mu.meta = meta
+	s.mu.Unlock()
+	return nil
+}
+
+// adjust is a kgo.AdjustFetchOffsetsFn callback.
+func (s *inputStarts) adjust(_ context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	s.mu.Lock()
+	meta := s.mu.meta
+	s.mu.meta = nil
+	s.mu.Unlock()
+	for route, in := range s.inputs {
+		for part := range offsets[in] {
+			raw, ok := meta[in][part]
+			if !ok {
+				continue
+			}
+			m, err := parseMeta(raw)
+			if err != nil || len(m.inputs) != len(s.ids) {
+				continue
+			}
+			if was, now := m.inputs[route], s.ids[route]; was != "-" && now != "-" && was != now {
+				offsets[in][part] = kgo.NewOffset().AtStart()
+				s.log.Info("input created again since its offset was committed: read from the new topic's beginning",
+					"topic", in, "partition", part, "was", was, "now", now)
+			}
+		}
+	}
+	return offsets, nil
 }
