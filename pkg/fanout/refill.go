@@ -54,36 +54,51 @@ type refiller struct {
 	hand func(syncing *membership.Syncing, items []outboxItem) error
 }
 
-// due refills the changelog for each claim whose refill is due (see
-// refill); through is, per claim, the offset after the last command the
-// applier applied.
+// due refills the changelog for the claims whose refill is due (see
+// refill), all in one read of the store; through is, per claim, the
+// offset after the last command the applier applied.
 func (a *refiller) due(ctx context.Context, through map[*claim]int64) error {
+	byPart := make(map[int32]*claim)
 	for _, c := range a.claims.all() {
 		r := c.refill
 		if r == nil || r.queued || !c.prepared.Load() || max(c.applied.Load(), through[c]) < c.judgedBelow {
 			continue
 		}
-		n, err := a.claim(ctx, c)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("refilling the changelog for partition %d: %w", c.partition, err)
+		byPart[c.partition] = c
+	}
+	if len(byPart) == 0 {
+		return nil
+	}
+	users, last, err := a.fill(ctx, byPart)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
+		return fmt.Errorf("refilling the changelog: %w", err)
+	}
+	for _, c := range byPart {
+		r := c.refill
 		r.queued = true
+		if users[c] == 0 {
+			r.last.Store(refillNone)
+		} else {
+			r.delivered.Store(&a.outbox.deliveredThrough)
+			r.last.Store(last[c])
+		}
 		a.cfg.Logger.Info("the changelog was created again: refilled with the current record of every user of the partition",
-			"topic", string(a.cfg.Topics.Changelog), "partition", c.partition, "old_id", r.from, "users", n)
+			"topic", string(a.cfg.Topics.Changelog), "partition", c.partition, "old_id", r.from, "users", users[c])
 	}
 	return nil
 }
 
-// claim stores in the outbox, and hands to the syncer, the current
-// changelog record of every user of c's partition; it returns how many.
-func (a *refiller) claim(ctx context.Context, c *claim) (int, error) {
+// fill stores in the outbox, and hands to the syncer, the current
+// changelog record of every user of the partitions of byPart; it returns
+// how many each claim got, and the sequence number of each one's last.
+func (a *refiller) fill(ctx context.Context, byPart map[int32]*claim) (users map[*claim]int, last map[*claim]uint64, err error) {
+	users, last = make(map[*claim]int), make(map[*claim]uint64)
 	var (
-		items []outboxItem
-		users int
-		last  uint64
+		items  []outboxItem
+		owners []*claim // by item
 	)
 	flush := func() error {
 		if len(items) == 0 {
@@ -108,15 +123,18 @@ func (a *refiller) claim(ctx context.Context, c *claim) (int, error) {
 		if err != nil {
 			return fmt.Errorf("unable to commit a refill batch: %w", err)
 		}
-		last = items[len(items)-1].seq
+		for i := range items {
+			last[owners[i]] = items[i].seq
+		}
 		handed := items
-		items = nil
+		items, owners = nil, owners[:0]
 		return a.hand(syncing, handed)
 	}
 	now := a.cfg.Now().UnixNano()
-	_, err := a.store.Restore(ctx, func(m membership.Member) error {
+	_, err = a.store.Restore(ctx, func(m membership.Member) error {
 		key := topics.AppendUserID(nil, m.UserID)
-		if a.kp.of(key, a.partitions) != c.partition {
+		c := byPart[a.kp.of(key, a.partitions)]
+		if c == nil {
 			return nil
 		}
 		var note topics.Note
@@ -135,7 +153,8 @@ func (a *refiller) claim(ctx context.Context, c *claim) (int, error) {
 				Value: appendRestoreHeader(nil, a.partitions, note.Command.Offset)}}
 		}
 		items = append(items, outboxItem{owner: &c.revoked, e: e})
-		users++
+		owners = append(owners, c)
+		users[c]++
 		if len(items) >= refillBatch {
 			return flush()
 		}
@@ -144,16 +163,7 @@ func (a *refiller) claim(ctx context.Context, c *claim) (int, error) {
 	if err == nil {
 		err = flush()
 	}
-	if err != nil {
-		return 0, err
-	}
-	if users == 0 {
-		c.refill.last.Store(refillNone)
-		return 0, nil
-	}
-	c.refill.delivered.Store(&a.outbox.deliveredThrough)
-	c.refill.last.Store(last)
-	return users, nil
+	return users, last, err
 }
 
 func userOf(key []byte) uint64 {

@@ -1,8 +1,16 @@
 package fanout
 
 import (
+	"context"
+	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // TestChangelogMetaFollowsRefill: the offset metadata names the deleted
@@ -42,5 +50,85 @@ func TestChangelogMetaFollowsRefill(t *testing.T) {
 				t.Errorf("meta %q names %q (%v); want %q", c.meta(0), m.changelogID, err, tc.wantID)
 			}
 		})
+	}
+}
+
+// TestRefillerWritesOwnedUsers: a due refill writes the current record of
+// every user of the claim's partition (and of no other), with a restore
+// header that follows the user's last command and decodes; the claim's
+// metadata names the new changelog once they are delivered.
+func TestRefillerWritesOwnedUsers(t *testing.T) {
+	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	const parts = 2
+	kp := newKeyPartition()
+	b := store.NewBatch()
+	want := make(map[uint64]bool)
+	for u := uint64(1); u <= 20; u++ {
+		if _, err := b.Leave(u, 100*u); err != nil {
+			t.Fatal(err)
+		}
+		note := topics.Note{Command: &topics.CommandRef{Op: "leave", Offset: int64(u), Partitions: parts}}
+		if err := b.SetNote(u, topics.AppendNote(nil, note)); err != nil {
+			t.Fatal(err)
+		}
+		if kp.of(topics.AppendUserID(nil, u), parts) == 1 {
+			want[u] = true
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+
+	cfg := Config{Topics: topics.Set{Changelog: "cl"}, Logger: slog.New(slog.DiscardHandler), Now: time.Now}
+	var cs claims
+	c := newClaim(1, 1, 0, 0)
+	c.refill = &refill{from: "old", to: "new", toParts: 3}
+	cs.put(c)
+	ob := &outbox{store: store}
+	r := &refiller{cfg: &cfg, store: store, claims: &cs, outbox: ob, kp: kp, partitions: parts,
+		hand: func(s *membership.Syncing, items []outboxItem) error {
+			if err := s.Wait(); err != nil {
+				return err
+			}
+			ob.add(items...)
+			return nil
+		}}
+	if err := r.due(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	items := ob.take()
+	if len(items) != len(want) {
+		t.Fatalf("%d records, want %d (the users of partition 1)", len(items), len(want))
+	}
+	for _, it := range items {
+		u, err := topics.ParseUserID(it.e.Key)
+		if err != nil || !want[u] || it.e.Topic != "cl" || it.owner != &c.revoked {
+			t.Fatalf("record %+v: user %d of partition 1? %v", it.e, u, want[u])
+		}
+		rec, err := topics.DecodeMemberRecord(it.e.Value)
+		if err != nil || rec.Status != "left" || rec.LeftAtNs == nil || *rec.LeftAtNs != 100*u {
+			t.Errorf("user %d: record %+v, %v", u, rec, err)
+		}
+		follows, _, err := parseRestoreHeader(it.e.Headers[0].Value)
+		if err != nil || follows.offset != int64(u) || follows.parts != parts {
+			t.Errorf("user %d: restore header follows %+v, %v; want offset %d", u, follows, err, u)
+		}
+	}
+	if id, _ := c.changelogMeta(); id != "old" {
+		t.Errorf("before delivery the metadata names %q, want old", id)
+	}
+	if err := ob.delivered(items[len(items)-1].seq); err != nil {
+		t.Fatal(err)
+	}
+	if id, parts := c.changelogMeta(); id != "new" || parts != 3 {
+		t.Errorf("after delivery the metadata names %q, %d; want new, 3", id, parts)
+	}
+	if err := r.due(context.Background(), nil); err != nil || len(ob.take()) != 0 {
+		t.Errorf("a refill done was done again: %v", err)
 	}
 }
