@@ -453,8 +453,8 @@ func (p *Processor) runOnce(ctx context.Context) error {
 			return nil
 		}
 	})
-	run("topology", (&watcher{interval: p.cfg.TopologyInterval, found: k.layout, outputs: k.outputs, topics: p.cfg.Topics,
-		list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
+	run("topology", (&watcher{interval: p.cfg.TopologyInterval, found: k.layout, topics: p.cfg.Topics,
+		outputs: k.outputs, list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
 			return listTopics(ctx, k.admCl, names)
 		},
 		log: p.cfg.Logger, off: p.cfg.UnsafeIgnoreTopology}).run)

@@ -70,11 +70,12 @@ type kafka struct {
 	// it leads answers with its old leaders; cached in admCl, they would
 	// send the aligner's listings to it.
 	meta *kgo.Client
+	// outputs are the outputs' topic IDs as found at start (topicids.go).
+	outputs outputIDs
 
 	signalPartitions    int32 // of both input topics
 	changelogPartitions int32
-	layout              layout    // the topics as found at start
-	outputs             outputIDs // the outputs' topic IDs as found at start
+	layout              layout // the topics as found at start
 	lim                 limits
 }
 
