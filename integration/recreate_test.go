@@ -410,3 +410,40 @@ func TestSignalsRecreatedIgnoresOldOffsets(t *testing.T) {
 		}
 	}
 }
+
+// TestCohortRecreatedUnderOpenCycleRedoes: the cohort topic deleted and
+// created again while a cycle that forwarded a signal to it is still
+// open. The record was never committed on the old topic, so no reader
+// saw it; committing the cycle (its input offsets with it) would lose the
+// signal. The cycle must not commit: the signal is forwarded again, to
+// the new topic.
+func TestCohortRecreatedUnderOpenCycleRedoes(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.config()
+	cfg.CommitInterval = 4 * time.Second // the cycle stays open while the topic is recreated
+	pr := e.start(t.TempDir(), cfg)
+	pr.waitReady(t, 1)
+	ctx := e.ctx(60 * time.Second)
+	endOf := func() int64 {
+		ends, err := e.adm.ListEndOffsets(ctx, string(e.set.Cohort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := ends.Lookup(string(e.set.Cohort), 0)
+		return o.Offset
+	}
+	before := endOf()
+	e.signal(1, time.Now(), "in-open-cycle")
+	eventually(t, 30*time.Second, func() error {
+		if endOf() <= before {
+			return errors.New("the signal is not on the cohort topic yet (uncommitted)")
+		}
+		return nil
+	})
+	e.recreate(e.set.Cohort)
+	// Nothing more is produced in the cycle: its client learns of the new
+	// topic only from a later metadata refresh.
+	e.waitForwarded(recreateWithin, "in-open-cycle")
+	e.signal(1, time.Now(), "after")
+	e.waitForwarded(recreateWithin, "after")
+}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,7 +36,8 @@ import (
 //   - the outputs (every route's output and the DLQ) hold no state: a new
 //     ID of one ends the run just the same, and the next run's clients
 //     produce to the new topic. What the cycles under way had produced to
-//     the old one is aborted and produced again.
+//     the old one is aborted and produced again: each cycle checks the
+//     outputs' IDs before it commits (outputsCheck).
 
 // outputIDs is the topic ID, by name, of every topic the processor writes
 // beside the layout's: the routes' outputs and the DLQ.
@@ -166,4 +168,39 @@ func (s *inputStarts) adjust(_ context.Context, offsets map[string]map[int32]kgo
 		}
 	}
 	return offsets, nil
+}
+
+// outputsCheck is asked, just before a cycle commits, whether the outputs
+// are still the topics the run found. A client learns that a topic was
+// created again only when it next refreshes its metadata, and until then
+// a transaction that produced to the old topic commits: its records went
+// into a log deleted before they were committed, so no reader saw them,
+// while its input offsets, committed, say they were forwarded. Such a
+// cycle is aborted instead, and its signals forwarded again by the next
+// run, to the new topic. What is left is a deletion between the check and
+// the commit (one Metadata round trip, then EndTxn): rare, and not
+// closable from a client.
+type outputsCheck struct {
+	set   topics.Set
+	found outputIDs
+	list  func(ctx context.Context, names []string) (kadm.TopicDetails, error)
+}
+
+// outputsCheckTimeout bounds the check: a cycle whose check does not
+// answer in time is aborted, like one whose check fails.
+const outputsCheckTimeout = 10 * time.Second
+
+// verify returns nil when every output has the ID found at start, and
+// an error saying what changed, or why it could not tell, otherwise.
+func (c *outputsCheck) verify(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, outputsCheckTimeout)
+	defer cancel()
+	details, err := c.list(ctx, outputNames(c.set))
+	if err != nil {
+		return fmt.Errorf("the outputs' topic IDs could not be checked before committing: %w", err)
+	}
+	if changes := c.found.changes(outputIDsOf(c.set, details)); len(changes) > 0 {
+		return &TopologyChangedError{Changes: changes}
+	}
+	return nil
 }
