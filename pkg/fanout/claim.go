@@ -49,6 +49,10 @@ type claim struct {
 	// shared.
 	changelogID    string
 	changelogParts int32
+	// refill is the claim's refill of a changelog created again since
+	// its previous owners' metadata, nil when none is needed (refill.go).
+	// Set before the claim is shared.
+	refill *refill
 	// readSingle says the previous owners' metadata vouches that every
 	// changelog record of the partition's users is in the changelog
 	// partition their key gives now (readRequest.single). Set before the
@@ -64,6 +68,9 @@ type claim struct {
 	commandsID                  string
 	layoutParts, inheritedParts int32
 	tailEnd                     int64
+	// inputIDs are the fingerprints of the routes' inputs' topic IDs in
+	// the layout, for the offset metadata. Set before the claim is shared.
+	inputIDs []string
 	// restore says the claim starts with an empty store on a partition
 	// whose earlier owners judged commands, or whose users may have moved
 	// in from other partitions: the commands side may restore it from the
@@ -151,7 +158,7 @@ func (c *claim) publishDeciding(route int, offset, tsNs int64) {
 // offsetMeta is a partition's committed offset metadata, which carries to
 // its next owner what the commands of the partition were judged under:
 //
-//	<event ns>:<judged>:<changelog ID>:<changelog partitions>:<commands ID>:<commands partitions>
+//	<event ns>:<judged>:<changelog ID>:<changelog partitions>:<commands ID>:<commands partitions>:<inputs>
 //
 // eventNs is the highest event time decided; judged the commands offset
 // below which every command's changelog record committed with it (the
@@ -164,7 +171,10 @@ func (c *claim) publishDeciding(route int, offset, tsNs int64) {
 // or is not known: a restore may then read no single changelog partition.
 // commandsID is the commands topic's ID ("" when not known) and
 // commandsParts the partition count under which the commands below judged
-// were last read, 0 when not known.
+// were last read, 0 when not known. inputs are the fingerprints of the
+// routes' inputs' topic IDs, in route order, comma-separated ("-" for one
+// not known): offsets committed for an input that has been deleted and
+// created again since are not positions in the new one (inputStarts).
 //
 // Older forms ("<event ns>", "<event ns>:<judged>", with the changelog ID)
 // read with the fields they lack unknown; the first two fields keep their
@@ -175,6 +185,7 @@ type offsetMeta struct {
 	changelogParts  int32
 	commandsID      string
 	commandsParts   int32
+	inputs          []string // fingerprints (topicFingerprint), nil when not carried
 	// legacy says the metadata is of an older form, without the counts:
 	// the version that wrote it read one changelog partition whenever the
 	// changelog had as many partitions as the commands.
@@ -190,8 +201,12 @@ func (m offsetMeta) String() string {
 	if cmdID == "" {
 		cmdID = "-"
 	}
-	return strconv.FormatInt(m.eventNs, 10) + ":" + strconv.FormatInt(m.judged, 10) + ":" + m.changelogID +
+	out := strconv.FormatInt(m.eventNs, 10) + ":" + strconv.FormatInt(m.judged, 10) + ":" + m.changelogID +
 		":" + clParts + ":" + cmdID + ":" + strconv.Itoa(int(m.commandsParts))
+	if len(m.inputs) > 0 {
+		out += ":" + strings.Join(m.inputs, ",")
+	}
+	return out
 }
 
 // meta is the claim's offset metadata with judged the applied offset read
@@ -205,8 +220,58 @@ func (c *claim) meta(judged int64) string {
 	if j < c.tailEnd {
 		parts = c.inheritedParts
 	}
-	return offsetMeta{eventNs: c.maxEventNs.Load(), judged: j, changelogID: c.changelogID,
-		changelogParts: c.changelogParts, commandsID: c.commandsID, commandsParts: parts}.String()
+	clID, clParts := c.changelogMeta()
+	return offsetMeta{eventNs: c.maxEventNs.Load(), judged: j, changelogID: clID,
+		changelogParts: clParts, commandsID: c.commandsID, commandsParts: parts, inputs: c.inputIDs}.String()
+}
+
+// refill is a claim's pending refill of the changelog.
+type refill struct {
+	// from is the changelog ID the partition's metadata named: the
+	// changelog deleted since; to and toParts are the changelog's ID and
+	// partition count now. Immutable.
+	from, to string
+	toParts  int32
+	// queued is set by the commands side once the records are in the
+	// outbox. Owned by the commands side.
+	queued bool
+	// last is the outbox sequence number of the refill's last record,
+	// refillNone when it had none, 0 until they are stored; delivered is
+	// the outbox's delivered watermark. Stored by the commands side
+	// (delivered first), read by the signals loop for the metadata.
+	last      atomic.Uint64
+	delivered atomic.Pointer[atomic.Uint64]
+}
+
+// changelogMeta is the changelog ID and partition count the claim's
+// offset metadata names (see offsetMeta): while a refill is pending, the
+// changelog it refills from, so that a next owner refills again; once it
+// is delivered, the new changelog, which holds every user's record.
+func (c *claim) changelogMeta() (string, int32) {
+	switch r := c.refill; {
+	case r == nil:
+		return c.changelogID, c.changelogParts
+	case r.done():
+		return r.to, r.toParts
+	default:
+		return r.from, 0
+	}
+}
+
+// refillNone is refill.last for a refill without records.
+const refillNone = ^uint64(0)
+
+// done reports whether the refill's records were delivered.
+func (r *refill) done() bool {
+	switch last := r.last.Load(); last {
+	case 0:
+		return false
+	case refillNone:
+		return true
+	default:
+		d := r.delivered.Load()
+		return d != nil && d.Load() >= last
+	}
 }
 
 // noChangelogID is the changelog topic ID of offset metadata that does not
@@ -246,6 +311,9 @@ func parseMeta(s string) (offsetMeta, error) {
 			return offsetMeta{}, fmt.Errorf("commands partitions %q", f[5])
 		}
 		m.commandsParts = int32(n)
+		if len(f) > 6 && f[6] != "" {
+			m.inputs = strings.Split(f[6], ",")
+		}
 	}
 	return m, nil
 }

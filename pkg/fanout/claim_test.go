@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -65,8 +66,13 @@ func TestClaimMeta(t *testing.T) {
 	c.commandsID, c.layoutParts, c.inheritedParts = "c/+=", 12, 6
 	want := offsetMeta{eventNs: 1764633600000000000, judged: 17, changelogID: "0a1b", changelogParts: 6,
 		commandsID: "c/+=", commandsParts: 12}
-	if m, err := parseMeta(c.meta(17)); err != nil || m != want {
+	if m, err := parseMeta(c.meta(17)); err != nil || !reflect.DeepEqual(m, want) {
 		t.Fatalf("parseMeta(%q) = %+v, %v; want %+v", c.meta(17), m, err, want)
+	}
+	c.inputIDs = []string{"AAAAAAAA", "-"}
+	want.inputs = c.inputIDs
+	if m, err := parseMeta(c.meta(17)); err != nil || !reflect.DeepEqual(m, want) {
+		t.Fatalf("with the inputs' IDs: parseMeta(%q) = %+v, %v; want %+v", c.meta(17), m, err, want)
 	}
 	c.judgedBelow = 30 // not yet caught up with what the previous owner applied
 	if m, _ := parseMeta(c.meta(17)); m.judged != 30 {
@@ -97,13 +103,15 @@ func TestClaimMeta(t *testing.T) {
 		{"-1:7:0a1b", offsetMeta{eventNs: -1, judged: 7, changelogID: "0a1b", legacy: true}, false},
 		{"-1:7:0a1b:*:-:0", offsetMeta{eventNs: -1, judged: 7, changelogID: "0a1b"}, false},
 		{"-1:7:0a1b:3:xy:4", offsetMeta{eventNs: -1, judged: 7, changelogID: "0a1b", changelogParts: 3, commandsID: "xy", commandsParts: 4}, false},
+		{"-1:7:0a1b:3:xy:4:AAAAAAAA,-", offsetMeta{eventNs: -1, judged: 7, changelogID: "0a1b", changelogParts: 3, commandsID: "xy", commandsParts: 4,
+			inputs: []string{"AAAAAAAA", "-"}}, false},
 		{"-1:7:0a1b:q:xy:4", offsetMeta{}, true},
 		{"-1:7:0a1b:3:xy:-4", offsetMeta{}, true},
 		{"5:x", offsetMeta{}, true},
 		{"", offsetMeta{}, true},
 	} {
 		m, err := parseMeta(tc.in)
-		if (err != nil) != tc.wantErr || m != tc.want {
+		if (err != nil) != tc.wantErr || !reflect.DeepEqual(m, tc.want) {
 			t.Errorf("parseMeta(%q) = %+v, %v; want %+v", tc.in, m, err, tc.want)
 		}
 	}

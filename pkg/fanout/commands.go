@@ -53,6 +53,7 @@ type applier struct {
 	recover  *recoverer
 	handover *restorer // nil: claims are never restored from the changelog
 	migrate  *migrator // nil: no claim has tails to re-publish (tests)
+	refill   *refiller // nil: no claim refills the changelog (tests)
 	// wake is signalled when claims wait to be prepared, so that a poll
 	// with nothing to fetch does not keep them waiting; nil in tests.
 	wake <-chan struct{}
@@ -187,6 +188,11 @@ func (a *applier) applyAll(ctx context.Context) error {
 	for {
 		if err := a.prepareIdle(ctx); err != nil {
 			return err
+		}
+		if a.refill != nil {
+			if err := a.refill.due(ctx, a.through); err != nil {
+				return err
+			}
 		}
 		a.steps.start()
 		fetches := a.poll(ctx)
@@ -398,6 +404,17 @@ func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPart
 		return a.publish(c)
 	}
 	a.syncs <- c // the syncer takes every batch, even after a failure
+	return nil
+}
+
+// handRefill hands a committed batch of changelog refill records
+// (refill.go) to the syncer, or publishes it when there is none.
+func (a *applier) handRefill(syncing *membership.Syncing, items []outboxItem) error {
+	c := committed{syncing: syncing, items: items}
+	if a.syncs == nil {
+		return a.publish(c)
+	}
+	a.syncs <- c
 	return nil
 }
 

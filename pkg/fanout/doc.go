@@ -169,6 +169,8 @@
 //   - processor.go: the Processor, its Run and the goroutines it owns;
 //   - topology.go: the watch on the topics' counts and IDs while running;
 //   - setup.go: connecting to Kafka, checking and creating the topics;
+//   - topicids.go: topics known by their IDs, and what one created again
+//     while running does;
 //   - group.go: the consumer group's callbacks, claims made and dropped;
 //   - balancer.go: partition p of every route's input to one instance;
 //   - loop.go: the signals loop, its lanes of held signals and cycles;
@@ -182,6 +184,7 @@
 //     an owner with no state for it;
 //   - migrate.go: after the commands' partition count grew, the commands
 //     of a partition's users that others held, re-published to it;
+//   - refill.go: a changelog created again, refilled from the store;
 //   - claim.go: what both sides share about one owned partition;
 //   - recover.go: late-leave windows recovered from the changelog, and
 //     the restore headers a read keeps for handover.go;

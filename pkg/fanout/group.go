@@ -182,6 +182,7 @@ func highestEventNs(seen map[int32]committedMeta) int64 {
 func (o *ownership) layoutClaim(c *claim, m committedMeta, inherited bool, checkpoint int64, hasCheckpoint bool) {
 	lay := o.layout
 	c.commandsID, c.layoutParts, c.inheritedParts = lay.Commands.ID, lay.partitions(), lay.partitions()
+	c.inputIDs = lay.inputFingerprints()
 	if inherited && m.commandsParts > 0 {
 		c.inheritedParts = m.commandsParts
 	}
@@ -196,6 +197,11 @@ func (o *ownership) layoutClaim(c *claim, m committedMeta, inherited bool, check
 		// (deleted and created again since), or in one not named: this
 		// one may lack users.
 		c.changelogID = noChangelogID
+		if m.changelogID != noChangelogID {
+			// Deleted and created again: this one lacks them all
+			// until the partition's owner refills it (refill.go).
+			c.refill = &refill{from: m.changelogID, to: lay.Changelog.ID, toParts: lay.Changelog.Partitions}
+		}
 	case m.changelogParts == lay.Changelog.Partitions, m.legacy && lay.Changelog.Partitions == lay.partitions():
 		c.changelogParts = lay.Changelog.Partitions
 		c.readSingle = true

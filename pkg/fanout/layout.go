@@ -118,6 +118,28 @@ func (l layout) changes(o layout) []string {
 	return out
 }
 
+// inputFingerprints are the fingerprints of the inputs' topic IDs, in
+// route order, as offset metadata carries them (offsetMeta.inputs).
+func (l layout) inputFingerprints() []string {
+	out := make([]string, len(l.Inputs))
+	for i, in := range l.Inputs {
+		out[i] = topicFingerprint(in.ID)
+	}
+	return out
+}
+
+// topicFingerprint is the head of a topic ID (its first 48 bits, in the
+// base64 of the ID's string form), "-" for an ID not known: enough to
+// tell a topic from the one it replaced under its name, and short enough
+// that the offset metadata of many routes fits Kafka's bound on it
+// (offset.metadata.max.bytes, 4096 by default).
+func topicFingerprint(id string) string {
+	if len(id) < 8 {
+		return "-"
+	}
+	return id[:8]
+}
+
 // equal reports whether o is l.
 func (l layout) equal(o layout) bool {
 	return l.Commands == o.Commands && l.Changelog == o.Changelog && slices.Equal(l.Inputs, o.Inputs)

@@ -151,6 +151,9 @@ type outbox struct {
 		pending []outboxItem
 	}
 	stored atomic.Int64 // entries in the store: pending + produced, undelivered
+	// deliveredThrough is the highest sequence number delivered: every
+	// entry through it was produced in a cycle whose output is durable.
+	deliveredThrough atomic.Uint64
 }
 
 // add queues entries already committed to the store.
@@ -197,6 +200,9 @@ func (o *outbox) putBack(items []outboxItem) {
 func (o *outbox) delivered(through uint64) error {
 	if err := o.store.DeleteOutbox(through); err != nil {
 		return err
+	}
+	if through > o.deliveredThrough.Load() {
+		o.deliveredThrough.Store(through) // only the signals loop delivers
 	}
 	o.mu.Lock()
 	left := int64(len(o.mu.pending))

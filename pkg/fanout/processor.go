@@ -53,6 +53,10 @@ type Processor struct {
 	// ready, though it keeps its caught-up partitions until it has left
 	// the group, and the flags above stay as they were.
 	run atomic.Pointer[runContext]
+
+	// outputs is the check of the run under way's outputs that its
+	// sessions ask before each commit (topicids.go), nil between runs.
+	outputs atomic.Pointer[outputsCheck]
 }
 
 // New checks cfg and makes a Processor over store. It registers the
@@ -442,6 +446,11 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	defer k.close()
 	p.partitions.Store(k.signalPartitions)
 	defer p.partitions.Store(0)
+	p.outputs.Store(&outputsCheck{set: p.cfg.Topics, found: k.outputs,
+		list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
+			return listTopics(ctx, k.admCl, names)
+		}})
+	defer p.outputs.Store(nil)
 	forgotten, err := p.adoptLayout(k.layout, restored)
 	if err != nil {
 		return fail(err)
@@ -475,7 +484,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	p.stall.reset()
 	run("liveness", p.stall.run)
 	run("topology", (&watcher{interval: p.cfg.TopologyInterval, found: k.layout, topics: p.cfg.Topics,
-		list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
+		outputs: k.outputs, list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
 			return listTopics(ctx, k.admCl, names)
 		},
 		log: p.cfg.Logger, off: p.cfg.UnsafeIgnoreTopology}).run)
@@ -511,6 +520,8 @@ func (p *Processor) runOnce(ctx context.Context) error {
 					commands: {part: {Epoch: -1, Offset: offset}},
 				})
 			}}}
+	ap.refill = &refiller{cfg: &p.cfg, store: p.store, claims: &p.claims, outbox: &p.outbox, kp: newKeyPartition(),
+		partitions: k.signalPartitions, hand: ap.handRefill}
 	run("commands", func(ctx context.Context) error {
 		defer close(applierDone)
 		return afterRestore(ap.run)(ctx)
@@ -676,6 +687,8 @@ func (p *Processor) newSession(own *ownership, lim *limits) (session, error) {
 		kgo.OnPartitionsRevoked(own.revoked),
 		kgo.OnPartitionsLost(own.lost),
 	)
+	starts := newInputStarts(inputs, own.layout, p.cfg.Logger)
+	opts = append(opts, kgo.OnOffsetsFetched(starts.fetched), kgo.AdjustFetchOffsetsFn(starts.adjust))
 	if p.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))
 	}
@@ -686,9 +699,23 @@ func (p *Processor) newSession(own *ownership, lim *limits) (session, error) {
 	// one cycle (its end bounded by endTimeout), so a little more suffices.
 	opts = append(opts, kgo.RebalanceTimeout(p.endTimeout()+5*time.Second))
 	if p.cfg.ExactlyOnce {
-		return newTxnSession(inputs, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
+		s, err := newTxnSession(inputs, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
+		if err != nil {
+			return nil, err
+		}
+		if c := p.outputs.Load(); c != nil {
+			s.check = c.verify
+		}
+		return s, nil
 	}
-	return newPlainSession(inputs, append(opts, kgo.DisableAutoCommit()))
+	s, err := newPlainSession(inputs, append(opts, kgo.DisableAutoCommit()))
+	if err != nil {
+		return nil, err
+	}
+	if c := p.outputs.Load(); c != nil {
+		s.check = c.verify
+	}
+	return s, nil
 }
 
 // endTimeout bounds the end of a transaction: the session timeout

@@ -29,10 +29,11 @@ type session interface {
 	// long-lived promise once: produce itself allocates nothing per record.
 	counted(promise func(*kgo.Record, error)) countedPromise
 	produce(ctx context.Context, r *kgo.Record, promise countedPromise)
-	// end flushes what the cycle produced and, unless a produce failed,
-	// commits the offsets planCommit makes of pos (by input topic and
-	// partition). The error says why the outcome is not Committed or
-	// Aborted.
+	// end flushes what the cycle produced and, unless a produce failed
+	// or an output is no longer the topic the run found, commits the
+	// offsets planCommit makes of pos (by input topic and partition). The
+	// error says why the outcome is not Committed or Aborted, or why a
+	// cycle with no failed produce was aborted.
 	end(ctx context.Context, pos map[string]map[int32]position) (Outcome, error)
 	allowRebalance()
 	close()
@@ -116,6 +117,9 @@ type txnSession struct {
 	// two wait for each other forever. Past it, the outcome is unknown
 	// and the session is replaced.
 	endTimeout time.Duration
+	// check, when set, is asked before a commit whether the outputs are
+	// the topics the run found (outputsCheck): if not, the cycle aborts.
+	check func(context.Context) error
 }
 
 func newTxnSession(inputs []string, endTimeout time.Duration, opts []kgo.Opt) (*txnSession, error) {
@@ -163,14 +167,21 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 		}
 		return nil
 	})
+	commit := t.failed.n.Load() == 0
+	var vetoed error
+	if commit && t.check != nil {
+		if vetoed = t.check(ctx); vetoed != nil {
+			commit = false
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, t.endTimeout)
 	defer cancel()
-	done, err := t.s.End(ctx, kgo.TransactionEndTry(t.failed.n.Load() == 0))
+	done, err := t.s.End(ctx, kgo.TransactionEndTry(commit))
 	switch {
 	case err != nil:
 		return Unknown, fmt.Errorf("unable to end transaction: %w", err)
 	case !done:
-		return Aborted, nil
+		return Aborted, vetoed
 	}
 	return Committed, nil
 }
@@ -228,6 +239,7 @@ type plainSession struct {
 	cl     *kgo.Client
 	inputs []string
 	failed failures
+	check  func(context.Context) error // see txnSession.check
 }
 
 func newPlainSession(inputs []string, opts []kgo.Opt) (*plainSession, error) {
@@ -261,6 +273,11 @@ func (p *plainSession) end(ctx context.Context, pos map[string]map[int32]positio
 	}
 	if p.failed.n.Load() > 0 {
 		return Aborted, nil
+	}
+	if p.check != nil {
+		if err := p.check(ctx); err != nil {
+			return Aborted, err
+		}
 	}
 	uncommitted, committed := p.cl.UncommittedOffsets(), p.cl.CommittedOffsets()
 	plans := make(map[string]map[int32]planned, len(p.inputs))

@@ -70,6 +70,8 @@ type kafka struct {
 	// it leads answers with its old leaders; cached in admCl, they would
 	// send the aligner's listings to it.
 	meta *kgo.Client
+	// outputs are the outputs' topic IDs as found at start (topicids.go).
+	outputs outputIDs
 
 	signalPartitions    int32 // of both input topics
 	changelogPartitions int32
@@ -101,6 +103,7 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 		return nil, err
 	}
 	k.layout = layoutOf(cfg.Topics, details)
+	k.outputs = outputIDsOf(cfg.Topics, details)
 	k.signalPartitions = k.layout.partitions()
 	k.changelogPartitions = k.layout.Changelog.Partitions
 	mono := func() int64 { return int64(cfg.Monotonic()) }

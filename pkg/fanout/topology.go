@@ -19,9 +19,14 @@ import (
 // claimed under is the last one known). A topic missing from a listing is
 // believed gone only when the next listing misses it too: counts only
 // grow, but a broker may briefly not know a topic it has.
+//
+// It also compares the outputs' topic IDs with those found at start
+// (topicids.go), even when the layout is not compared: a client of the
+// old topic can never produce to a new one.
 type watcher struct {
 	interval time.Duration
 	found    layout
+	outputs  outputIDs // the outputs' IDs found at start
 	topics   topics.Set
 	list     func(ctx context.Context, names []string) (kadm.TopicDetails, error)
 	log      *slog.Logger
@@ -29,14 +34,16 @@ type watcher struct {
 }
 
 func (w *watcher) run(ctx context.Context) error {
+	var names []string
 	if w.off {
 		w.log.Warn("UNSAFE: the topics are not compared with their layout while running")
-		return nil
+	} else {
+		names = append(names, string(w.topics.Commands), string(w.topics.Changelog))
+		for _, in := range w.topics.Inputs() {
+			names = append(names, string(in))
+		}
 	}
-	names := []string{string(w.topics.Commands), string(w.topics.Changelog)}
-	for _, in := range w.topics.Inputs() {
-		names = append(names, string(in))
-	}
+	names = append(names, outputNames(w.topics)...)
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	missing := false
@@ -53,8 +60,14 @@ func (w *watcher) run(ctx context.Context) error {
 			}
 			continue
 		}
-		now := layoutOf(w.topics, details)
-		if now.equal(w.found) {
+		var changes []string
+		if !w.off {
+			if now := layoutOf(w.topics, details); !now.equal(w.found) {
+				changes = w.found.changes(now)
+			}
+		}
+		changes = append(changes, w.outputs.changes(outputIDsOf(w.topics, details))...)
+		if len(changes) == 0 {
 			missing = false
 			continue
 		}
@@ -62,6 +75,6 @@ func (w *watcher) run(ctx context.Context) error {
 			missing = true
 			continue
 		}
-		return &TopologyChangedError{Changes: w.found.changes(now)}
+		return &TopologyChangedError{Changes: changes}
 	}
 }
