@@ -259,41 +259,6 @@ func untilHalted(t *testing.T, pr *proc, deadline time.Duration) (map[string]boo
 	}
 }
 
-// recreate deletes topic and creates it again with its partition count,
-// then gives the env a new client: franz-go keeps a topic's old ID, and
-// the test's own produces would fail as the processor's do.
-func (e *env) recreate(topic topics.Topic) {
-	e.t.Helper()
-	ctx := e.ctx(60 * time.Second)
-	td, err := e.adm.ListTopics(ctx, string(topic))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	parts := int32(len(td[string(topic)].Partitions))
-	var configs map[string]*string
-	for _, s := range e.set.Specs() {
-		if s.Topic == topic {
-			configs = make(map[string]*string)
-			for k, v := range s.Configs {
-				configs[k] = &v
-			}
-		}
-	}
-	if _, err := e.adm.DeleteTopics(ctx, string(topic)); err != nil {
-		e.t.Fatal(err)
-	}
-	eventually(e.t, 60*time.Second, func() error {
-		_, err := e.adm.CreateTopic(ctx, parts, 1, configs, string(topic))
-		return err
-	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.addrs...), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(cl.Close)
-	e.cl = cl
-}
-
 // output is what a consumer of one topic read so far (read_committed).
 type output struct {
 	mu   sync.Mutex
