@@ -579,6 +579,14 @@ func (a *applier) updateGate(cmds []appliedCmd) error {
 func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []appliedCmd) ([]outboxItem, error) {
 	now := a.cfg.Now().UnixNano()
 	out := make([]outboxItem, 0, len(cmds))
+	// last is, per user, the batch's last command of the user: its
+	// change's After holds the user's episodes as the whole batch leaves
+	// them (settle writes notes and windows, never episodes), which spares
+	// judge a read of the user.
+	last := make(map[uint64]int, len(cmds))
+	for i := range cmds {
+		last[cmds[i].cmd.UserID] = i
+	}
 	for i := range cmds {
 		ac := &cmds[i]
 		rc := topics.Receipt{
@@ -594,7 +602,7 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 			rc.SignalsOffset = rc.Inputs[0].Offset
 		}
 		if ac.change.Changed && ac.cmd.Op == topics.Leave {
-			if err := a.judge(ctx, b, ac); err != nil {
+			if err := a.judge(ctx, b, ac, cmds[last[ac.cmd.UserID]].change.After); err != nil {
 				return nil, err
 			}
 		}
@@ -607,7 +615,8 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 		if ac.r.Offset < ac.c.judgedBelow {
 			continue
 		}
-		m, err := b.Member(ac.cmd.UserID)
+		// One read of the user gives the record and its restore header.
+		m, dump, err := b.MemberDump(appendRestoreHeader(nil, a.partitions, ac.r.Offset), ac.cmd.UserID)
 		if err != nil {
 			return nil, err
 		}
@@ -617,10 +626,6 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 			if note, err = topics.DecodeNote(m.Note); err != nil {
 				return nil, fmt.Errorf("note of user %d: %w", ac.cmd.UserID, err)
 			}
-		}
-		dump, err := b.AppendDump(appendRestoreHeader(nil, a.partitions, ac.r.Offset), ac.cmd.UserID)
-		if err != nil {
-			return nil, err
 		}
 		cl := changelogOf(m, note)
 		out = append(out, outboxItem{owner: &ac.c.revoked, e: outboxEntry{
@@ -636,14 +641,10 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 }
 
 // judge records the late-leave window of the leave ac, if it is late: see
-// claim.lateWindow. The episode is read as the whole batch leaves it, so
-// that a rejoin later in the batch bounds the window.
-func (a *applier) judge(ctx context.Context, b *membership.Batch, ac *appliedCmd) error {
+// claim.lateWindow. The episode is taken from m, the user as the whole
+// batch leaves it, so that a rejoin later in the batch bounds the window.
+func (a *applier) judge(ctx context.Context, b *membership.Batch, ac *appliedCmd, m membership.Member) error {
 	user, left := ac.cmd.UserID, ac.change.After.LeftAtNs
-	m, err := b.Member(user)
-	if err != nil {
-		return err
-	}
 	end, ok := episodeEnd(m, left)
 	if !ok {
 		return nil // a later leave of the batch moved the boundary before it: judged there

@@ -3,7 +3,6 @@ package membership
 import (
 	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -81,21 +80,18 @@ func (b *Batch) Apply(c Command) (_ Change, err error) {
 	if err != nil {
 		return Change{}, b.s.storageErr(fmt.Sprintf("read user %d", c.UserID), err)
 	}
-	idKey := appendIdentityKey(b.keyBuf[:0], c)
-	switch v, closer, err := b.pb.Get(idKey); {
-	case err == nil:
-		_, r, derr := decodeIdentityValue(v)
-		closer.Close()
-		if derr != nil {
-			return Change{}, b.s.storageErr(fmt.Sprintf("read identity of %v of user %d at %d", c.Op, c.UserID, c.AtNs), corruptf(idKey, "%v", derr))
-		}
+	// One scan of the user's identities tells whether c is a duplicate
+	// and gives remember what it forgets.
+	ids, dup, err := b.identities(c)
+	switch {
+	case err != nil:
+		return Change{}, b.s.storageErr(fmt.Sprintf("read identity of %v of user %d at %d", c.Op, c.UserID, c.AtNs), err)
+	case dup != nil:
 		b.n++
-		if r != accepted {
-			return Change{Before: before, After: before, Duplicate: true}, r.again(c)
+		if *dup != accepted {
+			return Change{Before: before, After: before, Duplicate: true}, dup.again(c)
 		}
 		return Change{Before: before, After: before, Duplicate: true}, nil
-	case !errors.Is(err, pebble.ErrNotFound):
-		return Change{}, b.s.storageErr(fmt.Sprintf("read identity of %v of user %d at %d", c.Op, c.UserID, c.AtNs), err)
 	}
 	ch, refused := transition(before, c.Op, c.AtNs, b.s.opts.MaxHistory)
 	r, isRefusal := refusalOf(refused)
@@ -107,8 +103,8 @@ func (b *Batch) Apply(c Command) (_ Change, err error) {
 			return Change{}, fmt.Errorf("membership: %v user %d at %d: %w", c.Op, c.UserID, c.AtNs, err)
 		}
 	}
-	if err := b.remember(c, r); err != nil {
-		// Its reads of the user's identities can fail as any read.
+	if err := b.remember(c, r, ids); err != nil {
+		// A held identity that does not decode fails it, as a write may.
 		return Change{}, b.s.storageErr(fmt.Sprintf("remember %v of user %d at %d", c.Op, c.UserID, c.AtNs), err)
 	}
 	b.n++
@@ -118,42 +114,80 @@ func (b *Batch) Apply(c Command) (_ Change, err error) {
 	return ch, nil
 }
 
-// remember writes c's identity as the user's newest, and forgets the
-// oldest ones beyond IdentityWindow. The user holds at most
-// IdentityWindow identities before the write (legacy stores excepted:
-// they shrink to the window on the first command), so the scan is short.
-func (b *Batch) remember(c Command, r refusal) error {
+// heldIdentities are the identities a user holds, as identities reads
+// them for remember.
+type heldIdentities struct {
+	ids  []heldIdentity
+	next uint64 // the sequence number of the next identity
+	// corrupt is the first identity value that does not decode, in key
+	// order: remember fails with it. A duplicate is recognised all the
+	// same, as by a read of its identity alone.
+	corrupt error
+}
+
+type heldIdentity struct {
+	seq uint64
+	key []byte
+}
+
+// identities reads the identities userID holds, and returns c's refusal
+// when c's identity is among them (a duplicate), nil otherwise. The error
+// is a failed read, or c's own identity value that does not decode.
+func (b *Batch) identities(c Command) (heldIdentities, *refusal, error) {
+	var h heldIdentities
+	idKey := appendIdentityKey(b.keyBuf[:0], c)
 	lower, upper := identityBounds(c.UserID)
 	it, err := b.pb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return err
+		return h, nil, err
 	}
-	type held struct {
-		seq uint64
-		key []byte
-	}
-	var ids []held
-	var next uint64
 	for valid := it.First(); valid; valid = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			break // reported by it.Close
 		}
-		seq, _, err := decodeIdentityValue(v)
-		if err != nil {
-			_ = it.Close()
-			return corruptf(it.Key(), "%v", err)
+		seq, r, err := decodeIdentityValue(v)
+		if bytes.Equal(it.Key(), idKey) {
+			if err != nil {
+				err = corruptf(idKey, "%v", err)
+			}
+			if cerr := it.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return h, nil, err
+			}
+			return h, &r, nil
 		}
-		ids = append(ids, held{seq, slices.Clone(it.Key())})
-		next = max(next, seq+1)
+		if err != nil {
+			if h.corrupt == nil {
+				h.corrupt = corruptf(it.Key(), "%v", err)
+			}
+			continue
+		}
+		h.ids = append(h.ids, heldIdentity{seq, slices.Clone(it.Key())})
+		h.next = max(h.next, seq+1)
 	}
 	if err := it.Close(); err != nil {
-		return err
+		return h, nil, err
 	}
+	return h, nil, nil
+}
+
+// remember writes c's identity as the user's newest, and forgets the
+// oldest ones beyond IdentityWindow. The user holds at most
+// IdentityWindow identities before the write (legacy stores excepted:
+// they shrink to the window on the first command), so held, read by
+// identities, is short.
+func (b *Batch) remember(c Command, r refusal, held heldIdentities) error {
+	if held.corrupt != nil {
+		return held.corrupt
+	}
+	ids, next := held.ids, held.next
 	if drop := len(ids) - (IdentityWindow - 1); drop > 0 {
 		// Oldest first; legacy identities (all seq 0) by key, which is
 		// deterministic, so a replay forgets the same ones.
-		slices.SortFunc(ids, func(x, y held) int {
+		slices.SortFunc(ids, func(x, y heldIdentity) int {
 			if c := cmp.Compare(x.seq, y.seq); c != 0 {
 				return c
 			}

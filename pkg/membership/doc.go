@@ -116,7 +116,8 @@
 // ingested together). A store rebuilt so holds the same bytes as the one dumped; the
 // identities come along, so a command delivered again is still a
 // duplicate. The processor carries each user's latest dump in its
-// changelog record, for a new owner with an empty store.
+// changelog record, for a new owner with an empty store; [Batch.MemberDump]
+// gives the member and its dump from one read of the user.
 //
 // # Offsets
 //

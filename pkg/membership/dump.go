@@ -69,12 +69,29 @@ func (b *Batch) AppendDump(dst []byte, userID uint64) (_ []byte, err error) {
 	return out, nil
 }
 
+// MemberDump returns what Member and AppendDump return, from one read of
+// the user's records: the member, and dst with the user's dump appended. It
+// claims the user.
+func (b *Batch) MemberDump(dst []byte, userID uint64) (_ Member, _ []byte, err error) {
+	if err := b.claim(userID); err != nil {
+		return Member{}, dst, err
+	}
+	defer b.s.guard(fmt.Sprintf("read user %d", userID), &err)
+	var recs dumpRecords
+	m, err := readUser(b.pb, userID, &b.bounds, &recs)
+	if err != nil {
+		return Member{}, dst, b.s.storageErr(fmt.Sprintf("read user %d", userID), err)
+	}
+	out, err := appendDumpOf(b.pb, dst, userID, &recs)
+	if err != nil {
+		return Member{}, dst, b.s.storageErr(fmt.Sprintf("dump user %d", userID), err)
+	}
+	return m, out, nil
+}
+
 // appendDump appends the dump of userID's records in r to dst.
 func appendDump(r reader, dst []byte, userID uint64) ([]byte, error) {
-	dst = append(dst, dumpVersion)
-	dst = binary.BigEndian.AppendUint64(dst, userID)
-	var recs []byte
-	n := 0
+	var recs dumpRecords
 	it, err := r.NewIter(&pebble.IterOptions{
 		LowerBound: appendStateKey(nil, userID),
 		UpperBound: appendUserUpperBound(nil, userID),
@@ -87,21 +104,24 @@ func appendDump(r reader, dst []byte, userID uint64) ([]byte, error) {
 		if err != nil {
 			break // reported by it.Close
 		}
-		k := it.Key()[1+8:]
-		recs = binary.AppendUvarint(recs, uint64(len(k)))
-		recs = append(recs, k...)
-		recs = binary.AppendUvarint(recs, uint64(len(v)))
-		recs = append(recs, v...)
-		n++
+		recs.add(it.Key(), v)
 	}
 	if err := it.Close(); err != nil {
 		return dst, err
 	}
-	dst = binary.AppendUvarint(dst, uint64(n))
-	dst = append(dst, recs...)
+	return appendDumpOf(r, dst, userID, &recs)
+}
+
+// appendDumpOf appends to dst the dump of userID whose users-space records
+// are recs, reading the user's identities in r.
+func appendDumpOf(r reader, dst []byte, userID uint64, recs *dumpRecords) ([]byte, error) {
+	dst = append(dst, dumpVersion)
+	dst = binary.BigEndian.AppendUint64(dst, userID)
+	dst = binary.AppendUvarint(dst, uint64(recs.n))
+	dst = append(dst, recs.b...)
 
 	lower, upper := identityBounds(userID)
-	it, err = r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return dst, err
 	}

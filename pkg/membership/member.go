@@ -2,6 +2,7 @@ package membership
 
 import (
 	"cmp"
+	"encoding/binary"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -182,6 +183,30 @@ type reader interface {
 // Active with no history. The member's slices are its own. bounds is scratch
 // space for the iterator bounds.
 func readMember(r reader, userID uint64, bounds *[2 * stateKeyLen]byte) (Member, error) {
+	return readUser(r, userID, bounds, nil)
+}
+
+// dumpRecords is the users-space part of a dump being made: its records
+// as the dump lays them out, and how many.
+type dumpRecords struct {
+	b []byte
+	n int
+}
+
+// add appends the record (key, value) of the users space.
+func (d *dumpRecords) add(key, value []byte) {
+	k := key[1+8:] // the tag and suffix: the space byte and user ID off
+	d.b = binary.AppendUvarint(d.b, uint64(len(k)))
+	d.b = append(d.b, k...)
+	d.b = binary.AppendUvarint(d.b, uint64(len(value)))
+	d.b = append(d.b, value...)
+	d.n++
+}
+
+// readUser is readMember that also adds, when recs is not nil, each record
+// read to recs: one pass over the user's records gives the member and the
+// users-space part of its dump.
+func readUser(r reader, userID uint64, bounds *[2 * stateKeyLen]byte, recs *dumpRecords) (Member, error) {
 	lower := appendStateKey(bounds[:0], userID)
 	upper := appendUserUpperBound(bounds[stateKeyLen:stateKeyLen], userID)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
@@ -204,6 +229,9 @@ func readMember(r reader, userID uint64, bounds *[2 * stateKeyLen]byte) (Member,
 		if err := a.add(it.Key(), value); err != nil {
 			_ = it.Close()
 			return Member{}, err
+		}
+		if recs != nil {
+			recs.add(it.Key(), value)
 		}
 	}
 	if err := it.Close(); err != nil {
