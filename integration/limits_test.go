@@ -48,7 +48,9 @@ func (e *env) setLimit(topic topics.Topic, limit int) {
 		if err := cl.BeginTransaction(); err != nil {
 			return err
 		}
-		err := cl.ProduceSync(ctx, &kgo.Record{Topic: string(topic), Value: value}).FirstErr()
+		// Keyed: a compacted topic (the changelog) refuses a record
+		// without a key, and Kafka's refusal left the abort hanging.
+		err := cl.ProduceSync(ctx, &kgo.Record{Topic: string(topic), Key: []byte("limit-probe"), Value: value}).FirstErr()
 		if end := cl.EndTransaction(ctx, kgo.TryAbort); end != nil {
 			return fmt.Errorf("abort of the probe: %w", end)
 		}
