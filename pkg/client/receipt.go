@@ -310,6 +310,21 @@ func (c *Client) readFrom(ctx context.Context, topic topics.Topic, t time.Time) 
 	return from, nil
 }
 
+// answerOf is what record r, of the changelog or the DLQ of c's topics,
+// answers, and the position of the command it answers; ok is false for a
+// record of another topic or one that answers no command.
+func (c *Client) answerOf(r *kgo.Record) (at position, a answer, ok bool) {
+	switch topics.Topic(r.Topic) {
+	case c.topics.Changelog:
+		pos, rec, ok := answersAny(r)
+		return pos, answer{rec: rec}, ok
+	case c.topics.DLQ:
+		pos, reason, detail, ok := refusalOf(r)
+		return pos, answer{refused: &RefusedError{Reason: reason, Detail: detail}}, ok
+	}
+	return position{}, answer{}, false
+}
+
 // answersAny decodes changelog record r and returns the position of the
 // command it follows; ok is false for a record that follows no command or
 // does not decode.

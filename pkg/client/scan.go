@@ -221,22 +221,8 @@ func (s *scans) read(b *batch, from time.Time) {
 		var done []found
 		s.mu.Lock()
 		fetches.EachRecord(func(r *kgo.Record) {
-			var at position
-			var a answer
-			switch topics.Topic(r.Topic) {
-			case s.c.topics.Changelog:
-				pos, rec, ok := answersAny(r)
-				if !ok {
-					return
-				}
-				at, a = pos, answer{rec: rec}
-			case s.c.topics.DLQ:
-				pos, reason, detail, ok := refusalOf(r)
-				if !ok {
-					return
-				}
-				at, a = pos, answer{refused: &RefusedError{Reason: reason, Detail: detail}}
-			default:
+			at, a, ok := s.c.answerOf(r)
+			if !ok {
 				return
 			}
 			for _, j := range b.waiting[at] {

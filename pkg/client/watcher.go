@@ -184,22 +184,8 @@ func (w *watcher) run(ctx context.Context) {
 		var completed []done
 		w.mu.Lock()
 		fetches.EachRecord(func(r *kgo.Record) {
-			var at position
-			var a answer
-			switch topics.Topic(r.Topic) {
-			case w.c.topics.Changelog:
-				pos, rec, ok := answersAny(r)
-				if !ok {
-					return
-				}
-				at, a = pos, answer{rec: rec}
-			case w.c.topics.DLQ:
-				pos, reason, detail, ok := refusalOf(r)
-				if !ok {
-					return
-				}
-				at, a = pos, answer{refused: &RefusedError{Reason: reason, Detail: detail}}
-			default:
+			at, a, ok := w.c.answerOf(r)
+			if !ok {
 				return
 			}
 			if ws, ok := w.waiters[at]; ok {
