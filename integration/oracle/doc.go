@@ -2,7 +2,7 @@
 // recomputes, from the records in the input topics and the rules of the
 // README ("What it promises", "The rules, precisely", "Record formats"),
 // what the processor had to write, and compares that with what it wrote.
-// The chaos harness (cmd/chaos) calls [Verify] after each scenario.
+// The chaos harness (integration/chaos) calls [Verify] after each scenario.
 //
 // # Shares no code
 //

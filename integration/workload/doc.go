@@ -1,7 +1,7 @@
 // Package workload is cohortgate's seeded test load: a friendly part that a
 // correct processor gates exactly, and a hostile mix of what real
-// producers do. The chaos harness (cmd/chaos), the load generator
-// (cmd/loadgen) and the benchmark harness (cmd/bench) use it; nothing in
+// producers do. The chaos harness (integration/chaos), the load generator
+// (integration/loadgen) and the benchmark harness (integration/bench) use it; nothing in
 // the processor does. What a processor
 // made of a load is judged by integration/oracle, which shares no code with
 // this package or the processor.

@@ -101,8 +101,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/integration/workload"
+	"github.com/cohortgate/cohortgate/internal/cmdline"
 )
 
 func main() { cmdline.Main("chaos", 2, run) }

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/integration/workload"
+	"github.com/cohortgate/cohortgate/internal/cmdline"
 )
 
 // runOptions are the flags of `bench run`.
@@ -20,7 +20,7 @@ type runOptions struct {
 	processor   string // binary
 	loadgen     string // binary
 	self        string // this binary, for `bench passthrough`
-	streamsDir  string // bench/target: the jar and lib/
+	streamsDir  string // integration/bench/streams/target: the jar and lib/
 	java        string
 	streamsHeap string
 	streamsThr  int
@@ -81,9 +81,9 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	var brokers, runs, phases, sizes string
 	fs.StringVar(&brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers of the Kafka broker every run uses")
 	fs.StringVar(&o.processor, "processor", "bin/processor", "the processor binary")
-	fs.StringVar(&o.loadgen, "loadgen", "bin/loadgen", "the load generator binary (cmd/loadgen)")
+	fs.StringVar(&o.loadgen, "loadgen", "bin/loadgen", "the load generator binary (integration/loadgen)")
 	fs.StringVar(&o.self, "self", "", "this binary, run as `bench passthrough`; empty: os.Executable")
-	fs.StringVar(&o.streamsDir, "streams-dir", "bench/target", "the Kafka Streams app's build output (the jar and lib/)")
+	fs.StringVar(&o.streamsDir, "streams-dir", "integration/bench/streams/target", "the Kafka Streams app's build output (the jar and lib/)")
 	fs.StringVar(&o.java, "java", "java", "the java command for the Kafka Streams app")
 	fs.StringVar(&o.streamsHeap, "streams-heap", "-Xmx1g", "JVM heap flags of the Kafka Streams app")
 	fs.IntVar(&o.streamsThr, "streams-threads", 1, "num.stream.threads of the Kafka Streams app")
