@@ -252,7 +252,7 @@ func TestInstanceArgs(t *testing.T) {
 }
 
 // TestJudgedOffset: the harness reads the judged offset out of the offset
-// metadata in each form the README gives it.
+// metadata in each form docs/operations.md ("Handover") gives it.
 func TestJudgedOffset(t *testing.T) {
 	for _, tc := range []struct {
 		meta string

@@ -10,7 +10,7 @@
 #
 # The *-secure commands run a second, separate broker with a SASL_SSL
 # listener, an ACL authorizer and SCRAM users (see "secure broker" below and
-# README.md); `start` and the plain broker are unaffected by them.
+# docs/operations.md); `start` and the plain broker are unaffected by them.
 #
 # Environment:
 #   KAFKA_PORT             PLAINTEXT listener port (default 9092)
