@@ -46,7 +46,8 @@ kafka-start:
 kafka-stop:
 	$(KAFKA) stop
 
-# The benchmarks of issue 7 in one run against the broker at KAFKA_BROKERS
+# The benchmarks whose aims BENCHMARKS.md states, in one run against the
+# broker at KAFKA_BROKERS
 # (start one with `make kafka-start`): the pkg/gate benchmarks, then
 # integration/bench (drop agreement, then throughput of the passthrough, the
 # processor and the Kafka Streams app of integration/bench/streams, plain and with a grace,
@@ -172,8 +173,8 @@ chaos-short: build
 		--hostile --hostile-scenes $(or $(CHAOS_SCENES),16) \
 		--rounds 10 --timeout 5m $(CHAOS_FLAGS)
 
-# The security tests of issue 8 against the SASL_SSL broker with an ACL
-# authorizer. Starts nothing: run `bash integration/kafka/kafka.sh start-secure`
+# The security tests (TestSecure*: TLS, SASL and least-privilege ACLs)
+# against the SASL_SSL broker with an ACL authorizer. Starts nothing: run `bash integration/kafka/kafka.sh start-secure`
 # first; its address and credentials come from `kafka.sh secure-env`. A
 # missing secure broker fails the run instead of skipping it.
 test-secure:
@@ -181,7 +182,7 @@ test-secure:
 	COHORTGATE_REQUIRE_SECURE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestSecure' -v ./integration
 .PHONY: test-secure
 
-# The broker-fault scenarios of integration/chaos (issue 14) on kafka.sh's
+# The broker-fault scenarios of integration/chaos on kafka.sh's
 # three-node cluster (127.0.0.1:29092-29094; KRaft, a controller quorum of
 # three, replication factor 3, min.insync.replicas 2): leaders, the
 # transaction coordinator and the controller killed, a broker paused, a
@@ -210,7 +211,8 @@ start-cluster:
 stop-cluster:
 	$(KAFKA) stop-cluster
 
-# Restart to ready at 1M to 100M members (issue 16 §2); not part of bench
+# Restart to ready at 1M to 100M members (docs/operations.md, "Restarts:
+# the gate snapshot"); not part of bench
 # or CI, and needs no broker. Builds each store with membership.Bulk under
 # SCALE_WORK (kept for the next run: about 8 GB at 100M; rm -rf it after),
 # starts bin/processor on it (embedded broker) by the store scan and from
@@ -228,7 +230,8 @@ bench-scale:
 	$(GO) build -o bin/bench ./integration/bench
 	./bin/bench scale --sizes $(SIZES) --runs $(RUNS) --work-dir $(SCALE_WORK) --invoked-as "make bench-scale SIZES=$(SIZES) RUNS=$(RUNS)"
 
-# The empty-owner handover of issue 16 §4 (integration/bench/handover.go): a
+# The empty-owner handover (docs/operations.md, "Handover";
+# integration/bench/handover.go): a
 # partition of HANDOVER_COMMANDS commands (a leave and a rejoin per user),
 # then rounds of a processor with an empty data dir replaying it from
 # offset 0 and one restoring it from the changelog (RUNS, as for
@@ -247,8 +250,8 @@ bench-handover:
 	$(GO) build -o bin/bench ./integration/bench
 	./bin/bench handover --brokers $(KAFKA_BROKERS) --commands $(HANDOVER_COMMANDS) --reps $(RUNS)
 
-# 1, 2 and 3 instances in one group on the same load (issue 16 §4,
-# integration/bench/instances.go): a history of MEMBERS users (a leave and a
+# 1, 2 and 3 instances in one group on the same load
+# (integration/bench/instances.go): a history of MEMBERS users (a leave and a
 # rejoin each, over 6 partitions) applied by a seed processor, then RUNS
 # rounds that grow one group from 1 to 3 instances, each new one with an
 # empty data dir (it restores its partitions from the changelog). Each
@@ -274,7 +277,7 @@ bench-instances:
 	./bin/bench instances --brokers $(KAFKA_BROKERS) --members $(MEMBERS) --signals $(INSTANCES_SIGNALS) --runs $(RUNS) $(INSTANCES_FLAGS) \
 		--invoked-as "make bench-instances KAFKA_BROKERS=$(KAFKA_BROKERS) MEMBERS=$(MEMBERS) INSTANCES_SIGNALS=$(INSTANCES_SIGNALS) RUNS=$(RUNS)$(if $(INSTANCES_FLAGS), INSTANCES_FLAGS='$(INSTANCES_FLAGS)')"
 
-# The soak of issue 14 (integration/chaos --scenarios soak; its package comment,
+# The soak (integration/chaos --scenarios soak; its package comment,
 # "Soak", states the rule): one processor binary for DURATION under a
 # steady load of leaves, rejoins and the hostile mix, at RATE signals/s,
 # or with RATE=0 half the maximum a short probe measures first (uncapped:

@@ -64,8 +64,8 @@
 //     signals must all be forwarded.
 //   - redeliver: commands delivered again: the same record (a producer
 //     retry or re-publish: leave@a, rejoin@b, leave@(a+b)/2 clamped to b,
-//     rejoin@d, then that leave again, which must change nothing: issue
-//     13's finding 4) and a leave again with a new request id (a new
+//     rejoin@d, then that leave again, which must change nothing, and once
+//     re-opened a leave: TestRedeliveredLeaveAfterRejoin) and a leave again with a new request id (a new
 //     command by rule C5, changing nothing).
 //   - late-leave: a leave stamped Grace+0.5s..3s in the past after the
 //     user's signals of that span (acknowledged after the grace: a
