@@ -232,3 +232,42 @@ func TestReadmeFlagsAreOperations(t *testing.T) {
 		}
 	}
 }
+
+// TestWhereTheCodeLivesNamesRealFiles: every file and directory the
+// README's "Where the code lives" names exists, so a file renamed or
+// moved takes the newcomer's map along. A bare name ending in .go is a
+// file of pkg/fanout; a name with a slash is a path from the root.
+func TestWhereTheCodeLivesNamesRealFiles(t *testing.T) {
+	readme := readRoot(t, "README.md")
+	i := strings.Index(readme, "\n## Where the code lives\n")
+	if i < 0 {
+		t.Fatal(`README.md has no "## Where the code lives"`)
+	}
+	section := readme[i+1:]
+	if j := strings.Index(section[3:], "\n## "); j >= 0 {
+		section = section[:j+3]
+	}
+	if n := strings.Count(section, "\n"); n > 40 {
+		t.Errorf("Where the code lives is %d lines: a map, not a guide", n)
+	}
+	named := 0
+	for _, m := range regexp.MustCompile("`([a-z_./]+)`").FindAllStringSubmatch(section, -1) {
+		name := m[1]
+		var p string
+		switch {
+		case strings.Contains(name, "/"):
+			p = strings.TrimSuffix(name, "/")
+		case strings.HasSuffix(name, ".go"):
+			p = "pkg/fanout/" + name
+		default:
+			continue // a package named within integration/, or a word
+		}
+		named++
+		if _, err := os.Stat(filepath.Join("..", filepath.FromSlash(p))); err != nil {
+			t.Errorf("Where the code lives names %s: no %s", name, p)
+		}
+	}
+	if named < 20 {
+		t.Fatalf("%d paths found in Where the code lives: the test reads it wrong", named)
+	}
+}
