@@ -176,7 +176,6 @@
 //   - loop.go: the signals loop, its lanes of held signals and cycles;
 //   - stall.go: the watch that says when the signals side makes no
 //     progress, and halts the run when that lasts;
-//   - decide.go: the rules for one signal, as a pure verdict;
 //   - emit.go: producing a cycle's records and keeping their promises;
 //   - session.go: a cycle's transaction, or its plain commit, and Outcome's use;
 //   - commands.go: the commands side, the applier;
@@ -188,6 +187,9 @@
 //   - claim.go: what both sides share about one owned partition;
 //   - recover.go: late-leave windows recovered from the changelog, and
 //     the restore headers a read keeps for handover.go;
+//   - rules.go: the rules for one signal (S1 to S5) and one command (C1
+//     to C4), as pure verdicts: where every DLQ reason is decided, but
+//     the broker's refusals (poison.go) and the store's (C7);
 //   - layout.go: the topics' layout the state depends on, and its changes;
 //   - align.go: alignment of signals with the commands, and the aligner;
 //   - forwarded.go: the signals a claim forwarded, for exact windows;

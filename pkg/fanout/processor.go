@@ -639,7 +639,7 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 		// limits of one read: the emitter replaces the session when they
 		// change (followLimits).
 		lim := k.lim.now()
-		rules := signalRules{partitions: k.signalPartitions, skew: p.cfg.MaxFutureSkew, grace: p.cfg.grace()}
+		rules := signalRules{partitions: k.signalPartitions, skew: p.cfg.MaxFutureSkew, grace: p.cfg.grace(), lim: lim}
 		for _, r := range p.cfg.Topics.AllRoutes() {
 			rules.outs = append(rules.outs, routeOut{topic: string(r.Out), limit: lim.of(string(r.Out))})
 		}

@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -93,34 +92,6 @@ func republishCommand(r *kgo.Record, want int32) *kgo.Record {
 	cmd.HasAt, cmd.AtNs = true, uint64(ms)*uint64(time.Millisecond)
 	out.Value = topics.AppendCommand(nil, cmd)
 	return out
-}
-
-// boundary returns a command's boundary: its at_ns, or its record
-// timestamp when it has none (rule C4). A boundary that is no time the
-// processor can hold (above 2^63-1 ns, or a record timestamp that is
-// negative or beyond 2^63-1 ns) is refused with command_at_out_of_range;
-// one more than skew ahead of the record's own timestamp with
-// command_future_skew. Both checks read only the record, so a replay
-// decides the same.
-func boundary(cmd topics.Command, recordTs time.Time, skew time.Duration) (uint64, topics.Reason, error) {
-	ms := recordTs.UnixMilli()
-	tsOK := ms >= 0 && ms <= math.MaxInt64/int64(time.Millisecond)
-	if !cmd.HasAt {
-		if !tsOK {
-			return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("no at_ns, and the record timestamp %d ms is no time in 0..2^63-1 ns", ms)
-		}
-		return uint64(ms) * uint64(time.Millisecond), "", nil
-	}
-	if cmd.AtNs > math.MaxInt64 {
-		return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("at_ns %d is above 2^63-1 ns, no time the processor holds", cmd.AtNs)
-	}
-	// Unsigned, so that a negative record timestamp cannot overflow.
-	ts := uint64(ms) * uint64(time.Millisecond)
-	if ms < 0 || (tsOK && cmd.AtNs > ts && cmd.AtNs-ts > uint64(skew)) {
-		return 0, topics.ReasonCommandFutureSkew, fmt.Errorf("at_ns %d is more than %v ahead of the record timestamp %d ms",
-			cmd.AtNs, skew, ms)
-	}
-	return cmd.AtNs, "", nil
 }
 
 // headerValue returns the value of r's header key, or "".
