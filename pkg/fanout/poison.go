@@ -21,7 +21,7 @@ import (
 // (message.timestamp.before.max.ms), a record the broker calls invalid. The
 // cycle then aborts and the record's input is fetched again; produced the
 // same way, it would be refused again, forever, and no partition would
-// move (issue 13, finding 3). So the processor remembers a refusal and
+// move (integration.TestBrokerRefusals). So the processor remembers a refusal and
 // settles the input differently the next time: a DLQ copy becomes a
 // minimal one (see minimalDeadLetter), an outbox entry is replaced (see
 // refusedEntry), and a forwarded or re-published signal is first produced

@@ -281,8 +281,8 @@ func coPartitioned(set topics.Set, details kadm.TopicDetails) error {
 // It asks the broker every time. kadm's ListTopics answers from the
 // client's metadata cache, which keeps what it saw, absences included, for
 // kgo.MetadataMinAge (5s by default): after creating the topics, the
-// start waited that long to see them (issue 16: 5 of the 7s to ready at
-// 10M members, on every start on a new cluster).
+// start waited that long to see them: 5 of the 7 s to ready at 10M
+// members, on every start on a new cluster (TestEnsureTopicsSeesWhatItCreated).
 func listTopics(ctx context.Context, cl *kgo.Client, names []string) (kadm.TopicDetails, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, name := range names {
