@@ -15,8 +15,10 @@
 // the commands holds every command for the users whose signals are in
 // partition p of the signals. The signals topic is consumed in a consumer
 // group; for every signals partition p an instance is assigned, it also
-// consumes commands partition p, from the checkpoint its store holds,
-// never from group offsets. A store that holds nothing of p (a new
+// consumes commands partition p, which has no group offsets of its own:
+// from the checkpoint its store holds, or from lower when the offset
+// metadata committed with the signals says that commands below it have no
+// changelog record yet (see Delivery). A store that holds nothing of p (a new
 // instance, a wiped disk) is first given p's users from their changelog
 // records, and the commands are consumed from the offset the previous
 // owners judged through (handover.go); when the changelog cannot be
@@ -96,7 +98,8 @@
 //
 // # Goroutines
 //
-// Run owns three goroutines and returns only after all have exited:
+// Run owns, in each run under one layout of the topics (runOnce), these
+// goroutines, and returns only after all have exited:
 //
 //   - the signals loop (Run's own goroutine) owns the consumer-group session
 //     and every lane of held signals. It decides signals, produces the
@@ -105,9 +108,16 @@
 //   - the commands applier is the only writer of the store and the gate: it
 //     applies each fetch of commands in one store batch with the
 //     partitions' checkpoints and the outbox entries (changelog records,
-//     DLQ records of bad commands) that the signals loop will produce;
+//     DLQ records of bad commands) that the signals loop will produce. It
+//     owns the syncer, which publishes each batch once the store synced it;
+//   - the gate's restore from the store at start (restore.go), which the
+//     applier and the aligner wait for;
 //   - the aligner observes the commands topic's end offsets (high
-//     watermark and last stable offset).
+//     watermark and last stable offset);
+//   - the watchers of the topics' counts and IDs (topology.go) and of
+//     their size limits (size.go);
+//   - the watch on the store, whose failure in Pebble's background halts
+//     the run, and the stall watch (stall.go).
 //
 // The group callbacks run on franz-go's goroutines; they create and drop
 // claims (see claim.go) and change what the commands consumer fetches.

@@ -392,11 +392,12 @@ func (p *Processor) setBetweenRuns(why string) {
 // runOnce is one run of the processor under the topics' layout as it
 // finds them, until ctx is done, a fatal error, or the topics change.
 //
-// It owns eight goroutines and returns only after all have exited: the
-// restore, the signals loop (its own), the commands side, the aligner,
-// the topics' watcher, the limits' watcher, the watch on the store (a
-// failure in Pebble's background halts the run) and the stall watch (a
-// stall that outlasts Config.StallHalt halts it).
+// It owns eight goroutines (nine with the applier's syncer) and returns
+// only after all have exited: the restore, the signals loop (its own),
+// the commands side, the aligner, the topics' watcher, the limits'
+// watcher, the watch on the store (a failure in Pebble's background halts
+// the run) and the stall watch (a stall that outlasts Config.StallHalt
+// halts it).
 func (p *Processor) runOnce(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
