@@ -88,35 +88,6 @@ type committed struct {
 	cmds     []appliedCmd
 }
 
-// CommandsGapError halts the processor: commands of a partition cannot be
-// read from where the store says the next one is. Forwarding on would mean
-// forwarding signals of users whose leave was skipped.
-type CommandsGapError struct {
-	Topic     string
-	Partition int32
-	Next      int64 // the store's checkpoint (next offset to apply), -1 if unknown
-	End       int64 // the log end observed, -1 if unknown
-	Err       error
-}
-
-func (e *CommandsGapError) Error() string {
-	var what string
-	switch {
-	case e.End >= 0 && e.Next >= 0:
-		what = fmt.Sprintf("log end %d is below the local checkpoint %d", e.End, e.Next)
-	case e.Err != nil:
-		what = e.Err.Error()
-	default:
-		what = "the position is not in the log"
-	}
-	return fmt.Sprintf("commands topic %s partition %d: %s; the topic was probably deleted and recreated, "+
-		"or lost data. The local state no longer matches it. Way out: stop every processor, then either "+
-		"restore the topic, or start each processor with an empty data directory (state is rebuilt from "+
-		"the commands topic as it is now)", e.Topic, e.Partition, what)
-}
-
-func (e *CommandsGapError) Unwrap() error { return e.Err }
-
 func isOffsetOutOfRange(err error) bool { return errors.Is(err, kerr.OffsetOutOfRange) }
 
 // appliedCmd is the outcome of one command, kept until the batch commits.

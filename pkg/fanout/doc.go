@@ -218,6 +218,7 @@
 //   - store.go: the Store the processor needs;
 //   - config.go: Config;
 //   - clock.go: the wall and monotonic clocks, and what each decides;
+//   - errors.go: the errors Run returns that a caller may act on;
 //   - events.go: the EventListener and its infos, Outcome;
 //   - doc.go: this.
 //
