@@ -206,7 +206,8 @@
 //   - queue.go: a lane's queue of held signals;
 //   - outbox.go: records the store holds until they are produced;
 //   - poison.go: records the broker refused, and how they are settled;
-//   - records.go: DLQ and re-published records, record headers;
+//   - records.go: a record's way out: DLQ copies (whole, truncated to a
+//     limit, minimal), re-published records, record headers;
 //   - size.go: the size limits of the topics, read again while running;
 //   - changelog.go: changelog records;
 //   - partitioner.go: Kafka's murmur2 partitioning, and pinned records;

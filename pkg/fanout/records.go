@@ -1,6 +1,8 @@
 package fanout
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"strconv"
 	"time"
@@ -38,6 +40,67 @@ func deadLetterRecord(dlq topics.Topic, budget int, r *kgo.Record, reason topics
 	case batchBytes(dl) > budget:
 		return truncateDeadLetter(dl, r, reason, budget)
 	}
+	return dl
+}
+
+// truncateDeadLetter returns a DLQ copy of orig that fits budget bytes, with
+// reason record_too_large: the original key (at most topics.MaxTruncatedKey
+// bytes), the original headers if they take at most a quarter of the
+// budget, the headers of dl (the full copy deadLetterRecord made) but for
+// its reason, headers identifying the original (origReason is the reason
+// it was dead-lettered for, "" for a valid record too large to forward),
+// and as much of the value's head as fits. budget must leave room for the
+// headers (a few KiB); whatever it is, the value is cut to nothing before
+// anything else is dropped.
+func truncateDeadLetter(dl, orig *kgo.Record, origReason topics.Reason, budget int) *kgo.Record {
+	sum := sha256.Sum256(orig.Value)
+	hs := []kgo.RecordHeader{
+		{Key: topics.HeaderReason, Value: []byte(topics.ReasonRecordTooLarge)},
+		{Key: topics.HeaderOriginalReason, Value: []byte(origReason)},
+		{Key: topics.HeaderOriginalSize, Value: strconv.AppendInt(nil, userBytes(orig), 10)},
+		{Key: topics.HeaderOriginalSHA256, Value: hex.AppendEncode(nil, sum[:])},
+	}
+	for _, h := range dl.Headers[len(orig.Headers):] {
+		switch h.Key {
+		case topics.HeaderReason:
+		case topics.HeaderError:
+			if len(h.Value) > 1024 {
+				h.Value = h.Value[:1024]
+			}
+			hs = append(hs, h)
+		default:
+			hs = append(hs, h)
+		}
+	}
+	out := &kgo.Record{Topic: dl.Topic, Key: orig.Key, Timestamp: dl.Timestamp}
+	if len(out.Key) > topics.MaxTruncatedKey {
+		out.Key = out.Key[:topics.MaxTruncatedKey]
+	}
+	origHeaders := 0
+	for _, h := range orig.Headers {
+		origHeaders += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	if origHeaders <= budget/4 {
+		out.Headers = append(append(make([]kgo.RecordHeader, 0, len(orig.Headers)+len(hs)), orig.Headers...), hs...)
+	} else {
+		out.Headers = append(hs, kgo.RecordHeader{Key: topics.HeaderOriginalHeaders, Value: strconv.AppendInt(nil, int64(len(orig.Headers)), 10)})
+	}
+	room := budget - batchBytes(out)
+	out.Value = orig.Value[:max(0, min(room, len(orig.Value)))]
+	return out
+}
+
+// refusedBudget is the largest DLQ copy made after a refusal, when the
+// DLQ topic takes that much: large enough for headers and a head of value.
+const refusedBudget = 64 << 10
+
+// minimalDeadLetter is the DLQ copy of r after a copy was refused: at most
+// refusedBudget bytes and at most budget (the DLQ topic's limit, see
+// limits.deadLetterBudget), stamped now rather than with r's timestamp,
+// which the DLQ topic may be the one refusing.
+func minimalDeadLetter(dlq topics.Topic, budget int, r *kgo.Record, reason topics.Reason, err error) *kgo.Record {
+	dl := deadLetterRecord(dlq, min(budget, refusedBudget), r, reason, err)
+	dl.Timestamp = time.Now()
 	return dl
 }
 
