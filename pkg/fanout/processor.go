@@ -183,6 +183,9 @@ type PartitionStatus struct {
 	// lasts that concerns it (its own, or every partition's: see
 	// StallCause). Empty otherwise.
 	Stalled string
+	// Restore says how far the partition's restore from the changelog
+	// is, while one runs (an owner with no state for it); nil otherwise.
+	Restore *RestoreProgressInfo
 }
 
 // InputStatus is an owned partition of one route's input.
@@ -201,6 +204,9 @@ func (p *Processor) Partitions() []PartitionStatus {
 	var out []PartitionStatus
 	for _, c := range p.claims.all() {
 		st := PartitionStatus{Partition: c.partition, CaughtUp: c.caughtUp.Load(), Waiting: c.waiting()}
+		if rp, ok := c.progress.current(); ok {
+			st.Restore = &rp
+		}
 		if stall != nil && (stall.Partition < 0 || stall.Partition == c.partition) {
 			st.Stalled = stall.String()
 		}
@@ -492,9 +498,9 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	applierDone := make(chan struct{})
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 		skip: p.cfg.UnsafeNoWindowRecovery,
-		src: &changelogReader{cl: k.recov, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
+		src: &changelogReader{clients: k.readers, budget: newMemBudget(p.cfg.RestoreMemory), adm: k.adm, topic: string(p.cfg.Topics.Changelog),
 			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
-			kp: newKeyPartition(), log: p.cfg.Logger}}
+			log: p.cfg.Logger}}
 	commands := string(p.cfg.Topics.Commands)
 	wake := make(chan struct{}, 1)
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
