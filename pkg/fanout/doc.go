@@ -18,8 +18,10 @@
 // consumes commands partition p, from the checkpoint its store holds,
 // never from group offsets. A store that holds nothing of p (a new
 // instance, a wiped disk) is first given p's users from their changelog
-// records, and the commands are consumed from the offset the previous
-// owners judged through (handover.go); when the changelog cannot be
+// records (the partitions that wait for it side by side, as many as
+// Config.RestoreParallel, each saying how far it is in PartitionStatus),
+// and the commands are consumed from the offset the previous owners
+// judged through (handover.go); when the changelog cannot be
 // trusted to hold every user's latest record, from offset 0. Either way
 // no signal of p is decided before p's state is. On revocation it stops
 // touching p.
@@ -105,7 +107,11 @@
 //   - the commands applier is the only writer of the store and the gate: it
 //     applies each fetch of commands in one store batch with the
 //     partitions' checkpoints and the outbox entries (changelog records,
-//     DLQ records of bad commands) that the signals loop will produce;
+//     DLQ records of bad commands) that the signals loop will produce.
+//     It restores the partitions that wait for a restore from the
+//     changelog on goroutines of its own, one per partition (at most
+//     Config.RestoreParallel running), and joins them before it applies
+//     anything else;
 //   - the aligner observes the commands topic's end offsets (high
 //     watermark and last stable offset).
 //
