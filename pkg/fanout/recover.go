@@ -447,7 +447,9 @@ func (cr *changelogReader) sizeOf(ctx context.Context, topic string, parts []int
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	all, err := cr.adm.DescribeAllLogDirs(ctx, kadm.TopicsSet{topic: nil})
+	set := make(kadm.TopicsSet)
+	set.Add(topic, parts...) // partitions named: a topic with none describes nothing
+	all, err := cr.adm.DescribeAllLogDirs(ctx, set)
 	if err != nil {
 		return -1
 	}
