@@ -673,7 +673,7 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 				"gated", i.Gated.Round(time.Millisecond).String(), "took", i.Took.Round(time.Millisecond).String())
 		},
 		RestoreProgress: func(i RestoreProgressInfo) {
-			l.Info("empty owner: restoring the partition from the changelog", "partition", i.Partition,
+			l.Info("restore from the changelog in progress", "partition", i.Partition,
 				"phase", i.Phase, "records", i.Records, "records_total", i.RecordsTotal, "bytes", i.Bytes,
 				"bytes_total", i.BytesTotal, "records_per_s", int64(i.RecordsPerSecond), "bytes_per_s", int64(i.BytesPerSecond),
 				"elapsed", i.Elapsed.Round(time.Millisecond).String())
