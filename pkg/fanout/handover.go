@@ -77,7 +77,9 @@ import (
 // it again. The applier runs the restores of the claims that wait for
 // one side by side, at most Config.RestoreParallel at once (each reads
 // with a reader client of its own and writes on restoreWorkers
-// goroutines), and their headers bounded by Config.RestoreMemory; it
+// goroutines), and their headers bounded by Config.RestoreMemory (a
+// restore waits for memory before it reads, not within its read's
+// bound); it
 // applies no partition's commands meanwhile. Different partitions have
 // different users, so their imports never overlap; each restore's import
 // commit, gate and windows are done one restore at a time (finish).
@@ -230,6 +232,9 @@ type restorer struct {
 	// windows' recovery: the store's batches and ingests of restores
 	// side by side go one at a time.
 	finish sync.Mutex
+	// budget bounds the headers the restores side by side hold
+	// (Config.RestoreMemory); nil: no bound (tests).
+	budget *memBudget
 }
 
 // handover restores claim c from the changelog if it can, and otherwise
@@ -274,6 +279,16 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		return errors.New("the offset metadata does not name the changelog that holds the records of every " +
 			"command judged (written by an older version, or the changelog was created again since)"), nil
 	}
+	// The headers a read keeps are bounded across restores side by side:
+	// about one changelog record per command judged.
+	release, err := a.budget.acquire(ctx, c.judgedBelow*restoreBytesPerRecord, func(held int64) {
+		c.progress.setPhase(fmt.Sprintf("waiting for memory: restores side by side hold about %d MiB of "+
+			"their headers, the bound is %d MiB", held>>20, a.budget.capacity>>20))
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for memory to read the changelog: %w", err), nil
+	}
+	defer release() // after view.done below: the headers are dropped first
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
 	view, err := a.rec.src.read(rctx, readRequest{part: c.partition, latest: true, single: c.readSingle, note: c.note,

@@ -32,6 +32,8 @@ type sideBySideChangelog struct {
 
 	mu      sync.Mutex
 	started int
+	reading int // reads under way, and the most at once
+	most    int
 	met     chan struct{} // closed when meet reads started
 	// seen is, per partition, the progress a read found its restore
 	// reporting while it read (restoreProgress.current).
@@ -52,7 +54,14 @@ func (f *sideBySideChangelog) read(ctx context.Context, q readRequest) (changelo
 	if f.started++; f.started == f.meet {
 		close(f.met)
 	}
+	f.reading++
+	f.most = max(f.most, f.reading)
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.reading--
+	}()
 	select {
 	case <-f.met:
 	case <-time.After(10 * time.Second):
@@ -203,6 +212,55 @@ func TestHandoverSideBySideEqualsReplay(t *testing.T) {
 		}
 		if len(progress) < parts {
 			t.Errorf("RestoreProgress events %+v, want one at the end of each read", progress)
+		}
+	})
+
+	t.Run("memory bound", func(t *testing.T) {
+		// A bound that one restore fills: they read one at a time, the
+		// others say they wait for memory, and all restore.
+		src := newSideBySideChangelog(changelogs, 1, nil)
+		run := newHandoverRunOf(t, src, parts, func(c *Config) { c.RestoreParallel = parts })
+		run.a.handover.budget = newMemBudget(1)
+		var mu sync.Mutex
+		waited := 0
+		var claims []*claim
+		for p := range int32(parts) {
+			claims = append(claims, run.claimOf(p, int64(tails[p])))
+		}
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() { // watches for restores that say they wait
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+				for _, c := range claims {
+					if rp, ok := c.progress.current(); ok && strings.HasPrefix(rp.Phase, "waiting for memory") {
+						mu.Lock()
+						waited++
+						mu.Unlock()
+					}
+				}
+			}
+		}()
+		run.applyAll(t, recs, ends)
+		for _, h := range run.handovers {
+			if h.Source != "changelog" {
+				t.Fatalf("partition %d: %v", h.Partition, h)
+			}
+		}
+		if diff := diffStores(run.exported(t), want); diff != "" {
+			t.Fatalf("restored store differs from the replays':\n%s", diff)
+		}
+		src.mu.Lock()
+		most := src.most
+		src.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		if most != 1 || waited == 0 {
+			t.Fatalf("%d reads at once, %d polls saw a restore wait for memory; want 1 and some", most, waited)
 		}
 	})
 

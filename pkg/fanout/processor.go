@@ -498,7 +498,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	applierDone := make(chan struct{})
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 		skip: p.cfg.UnsafeNoWindowRecovery,
-		src: &changelogReader{clients: k.readers, budget: newMemBudget(p.cfg.RestoreMemory), adm: k.adm, topic: string(p.cfg.Topics.Changelog),
+		src: &changelogReader{clients: k.readers, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
 			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
 			log: p.cfg.Logger}}
 	commands := string(p.cfg.Topics.Commands)
@@ -519,7 +519,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 		},
 		migrate: &migrator{cl: k.recov, prod: k.admCl, topic: commands, partitions: k.signalPartitions,
 			kp: newKeyPartition(), ev: p.ev, mono: p.clk.monoNow},
-		handover: &restorer{cfg: &p.cfg, store: p.store, gate: p.gate, rec: rec, ev: p.ev,
+		handover: &restorer{cfg: &p.cfg, store: p.store, gate: p.gate, rec: rec, ev: p.ev, budget: newMemBudget(p.cfg.RestoreMemory),
 			changelogParts: k.changelogPartitions, layoutParts: k.signalPartitions,
 			seek: func(part int32, offset int64) {
 				k.cmds.SetOffsets(map[string]map[int32]kgo.EpochOffset{

@@ -72,9 +72,6 @@ type changelogView struct {
 	// lossy says why records may be missing from the changelog (a policy
 	// that deletes, records deleted below a partition's start), or nil.
 	lossy error
-	// release gives back the memory budget the restore headers were
-	// read under; the restore calls it once done with them (done).
-	release func()
 
 	byUser map[uint64]map[uint64]membership.LateLeave // while adding
 }
@@ -235,7 +232,6 @@ type changelogReader struct {
 	// check takes one for its duration, so that restores side by side
 	// each fetch (and decompress, on the client's goroutine) on their own.
 	clients             chan *readerClient
-	budget              *memBudget // of the restore headers held
 	adm                 *kadm.Client
 	topic               string
 	signalPartitions    int32
@@ -343,16 +339,6 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 	var total int64
 	for p, end := range want {
 		total += end - startOf[p]
-	}
-	if q.latest {
-		release, berr := cr.budget.acquire(ctx, total*restoreBytesPerRecord, func(held int64) {
-			q.progress.setPhase(fmt.Sprintf("waiting for memory: restores side by side hold about %d MiB of "+
-				"their headers, the bound is %d MiB", held>>20, cr.budget.capacity>>20))
-		})
-		if berr != nil {
-			return v, fmt.Errorf("waiting for memory to read the changelog: %w", berr)
-		}
-		v.release = release
 	}
 	q.progress.reading(phaseReadChangelog, total, cr.sizeOf(ctx, topic, slices.Sorted(maps.Keys(want))))
 	v.start(q.latest)
@@ -475,6 +461,7 @@ func (cr *changelogReader) sizeOf(ctx context.Context, topic string, parts []int
 // restoreBytesPerRecord is what a restore holds per changelog record
 // read, as a memory budget counts it before the read: a restore header
 // of a user with a leave and a rejoin (about 300 bytes) and its entry.
+// The records are counted as the commands judged: each wrote one.
 const restoreBytesPerRecord = 330
 
 // memBudget bounds the bytes that restores side by side hold at once: a
@@ -534,13 +521,10 @@ func (b *memBudget) give(n int64) {
 	b.mu.freed = make(chan struct{})
 }
 
-// done drops what v holds for a restore, and gives back its memory.
+// done drops what v holds for a restore: no sort outlives it.
 func (v *changelogView) done() {
 	if v.restore != nil {
 		v.restore.wait()
-	}
-	if v.release != nil {
-		v.release()
 	}
 }
 
