@@ -32,8 +32,13 @@ test:
 # (start one with `make kafka-start`).
 # -v, because go test shows a passing package's output only in verbose
 # mode, and the log must show which broker (and version) the suite ran on.
+# The harnesses under integration/ (bench, chaos, loadgen) are left out:
+# their tests run on their own embedded broker whatever KAFKA_BROKERS
+# says, and make test runs them.
+KAFKA_TEST_PACKAGES := ./integration ./integration/oracle/... ./integration/workload/... ./pkg/fanout/...
+
 test-kafka:
-	KAFKA_BROKERS=$(KAFKA_BROKERS) bash -o pipefail -c "$(GO) test -race -count=1 -timeout 45m -v ./integration/... ./pkg/fanout/... 2>&1 | grep -v -E '^=== (RUN|PAUSE|CONT|NAME)'"
+	KAFKA_BROKERS=$(KAFKA_BROKERS) bash -o pipefail -c "$(GO) test -race -count=1 -timeout 45m -v $(KAFKA_TEST_PACKAGES) 2>&1 | grep -v -E '^=== (RUN|PAUSE|CONT|NAME)'"
 
 kafka-start:
 	$(KAFKA) start
@@ -41,12 +46,13 @@ kafka-start:
 kafka-stop:
 	$(KAFKA) stop
 
-# The benchmarks of issue 7 in one run against the broker at KAFKA_BROKERS
+# The benchmarks whose aims BENCHMARKS.md states, in one run against the
+# broker at KAFKA_BROKERS
 # (start one with `make kafka-start`): the pkg/gate benchmarks, then
-# cmd/bench (drop agreement, then throughput of the passthrough, the
-# processor and the Kafka Streams app of bench/, plain and with a grace,
+# integration/bench (drop agreement, then throughput of the passthrough, the
+# processor and the Kafka Streams app of integration/bench/streams, plain and with a grace,
 # in interleaved rounds; leave latency, restore); results are appended to
-# BENCHMARKS.md. Needs Java 17 and Maven for bench/. Bigger or partial
+# BENCHMARKS.md. Needs Java 17 and Maven for integration/bench/streams. Bigger or partial
 # runs through BENCHFLAGS, e.g. BENCHFLAGS='--signals 30000000' or
 # BENCHFLAGS='--phases throughput --runs passthrough,processor-eos'.
 BENCHFLAGS ?=
@@ -54,9 +60,9 @@ BENCHFLAGS ?=
 bench:
 	@mkdir -p bin
 	$(GO) build -o bin/processor ./cmd/processor
-	$(GO) build -o bin/loadgen ./cmd/loadgen
-	$(GO) build -o bin/bench ./cmd/bench
-	mvn -q -B -Dstyle.color=never -f bench/pom.xml package -DskipTests
+	$(GO) build -o bin/loadgen ./integration/loadgen
+	$(GO) build -o bin/bench ./integration/bench
+	mvn -q -B -Dstyle.color=never -f integration/bench/streams/pom.xml package -DskipTests
 	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./pkg/gate | tee bin/bench-gate.txt"
 	./bin/bench run --brokers $(KAFKA_BROKERS) --go $(GO) --gate-results bin/bench-gate.txt \
 		--invoked-as "make bench KAFKA_BROKERS=$(KAFKA_BROKERS)$(if $(BENCHFLAGS), BENCHFLAGS='$(BENCHFLAGS)')" $(BENCHFLAGS)
@@ -122,7 +128,7 @@ promtool:
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test.yml
 
-# The chaos harness (cmd/chaos, see its package comment): the processor
+# The chaos harness (integration/chaos, see its package comment): the processor
 # binary under kill -9, scale 1 → 3 → 1, SIGSTOP past the session timeout,
 # a wiped store, the topics grown from --partitions to twice as many under
 # the load (repartition) and the commands topic deleted and created again
@@ -151,7 +157,7 @@ CLOCK_HISTORIES ?= 40
 .PHONY: chaos chaos-short
 
 chaos: build
-	$(GO) build -o bin/chaos ./cmd/chaos
+	$(GO) build -o bin/chaos ./integration/chaos
 	./bin/chaos --processor $(BIN) --brokers '$(CHAOS_BROKERS)' \
 		--signals 1000000 --users 100000 --leave-pct 5 --rejoin-pct 1 \
 		--hostile --hostile-scenes $(or $(CHAOS_SCENES),64) \
@@ -161,14 +167,14 @@ chaos: build
 		$(GO) test -race -count=1 -timeout 60m -run '^(TestShortcutsEqualReplay|TestClockStepsKeepThePromise)$$' ./integration/
 
 chaos-short: build
-	$(GO) build -o bin/chaos ./cmd/chaos
+	$(GO) build -o bin/chaos ./integration/chaos
 	./bin/chaos --processor $(BIN) --brokers '$(CHAOS_BROKERS)' \
 		--signals 60000 --users 6000 --leave-pct 5 --rejoin-pct 1 --routes 2 \
 		--hostile --hostile-scenes $(or $(CHAOS_SCENES),16) \
 		--rounds 10 --timeout 5m $(CHAOS_FLAGS)
 
-# The security tests of issue 8 against the SASL_SSL broker with an ACL
-# authorizer. Starts nothing: run `bash integration/kafka/kafka.sh start-secure`
+# The security tests (TestSecure*: TLS, SASL and least-privilege ACLs)
+# against the SASL_SSL broker with an ACL authorizer. Starts nothing: run `bash integration/kafka/kafka.sh start-secure`
 # first; its address and credentials come from `kafka.sh secure-env`. A
 # missing secure broker fails the run instead of skipping it.
 test-secure:
@@ -176,7 +182,7 @@ test-secure:
 	COHORTGATE_REQUIRE_SECURE=1 $(GO) test -race -count=1 -timeout 10m -run 'TestSecure' -v ./integration
 .PHONY: test-secure
 
-# The broker-fault scenarios of cmd/chaos (issue 14) on kafka.sh's
+# The broker-fault scenarios of integration/chaos on kafka.sh's
 # three-node cluster (127.0.0.1:29092-29094; KRaft, a controller quorum of
 # three, replication factor 3, min.insync.replicas 2): leaders, the
 # transaction coordinator and the controller killed, a broker paused, a
@@ -192,11 +198,11 @@ CLUSTER_CHAOS    = trap '$(KAFKA) stop-cluster' EXIT INT TERM; $(KAFKA) start-cl
 .PHONY: test-cluster test-cluster-short start-cluster stop-cluster
 
 test-cluster: build
-	$(GO) build -o bin/chaos ./cmd/chaos
+	$(GO) build -o bin/chaos ./integration/chaos
 	$(CLUSTER_CHAOS) --signals 30000 --users 3000 --rounds 4 --hostile-scenes 16 --timeout 15m $(CLUSTER_FLAGS)
 
 test-cluster-short: build
-	$(GO) build -o bin/chaos ./cmd/chaos
+	$(GO) build -o bin/chaos ./integration/chaos
 	$(CLUSTER_CHAOS) --signals 10000 --users 1000 --rounds 2 --hostile-scenes 8 --bounce-span 10s --timeout 8m $(CLUSTER_FLAGS)
 
 start-cluster:
@@ -205,7 +211,8 @@ start-cluster:
 stop-cluster:
 	$(KAFKA) stop-cluster
 
-# Restart to ready at 1M to 100M members (issue 16 §2); not part of bench
+# Restart to ready at 1M to 100M members (docs/operations.md, "Restarts:
+# the gate snapshot"); not part of bench
 # or CI, and needs no broker. Builds each store with membership.Bulk under
 # SCALE_WORK (kept for the next run: about 8 GB at 100M; rm -rf it after),
 # starts bin/processor on it (embedded broker) by the store scan and from
@@ -220,10 +227,11 @@ SCALE_WORK ?= bin/scale-work
 bench-scale:
 	@mkdir -p bin
 	$(GO) build -o bin/processor ./cmd/processor
-	$(GO) build -o bin/bench ./cmd/bench
+	$(GO) build -o bin/bench ./integration/bench
 	./bin/bench scale --sizes $(SIZES) --runs $(RUNS) --work-dir $(SCALE_WORK) --invoked-as "make bench-scale SIZES=$(SIZES) RUNS=$(RUNS)"
 
-# The empty-owner handover of issue 16 §4 (cmd/bench/handover.go): a
+# The empty-owner handover (docs/operations.md, "Handover";
+# integration/bench/handover.go): a
 # partition of HANDOVER_COMMANDS commands (a leave and a rejoin per user),
 # then rounds of a processor with an empty data dir replaying it from
 # offset 0 and one restoring it from the changelog (RUNS, as for
@@ -232,18 +240,18 @@ bench-scale:
 # (min–max). Against KAFKA_BROKERS; not part of make bench. For an A/B of a
 # change, ./bin/bench handover --keep once, then --reuse <name> with
 # --baseline <other binary> (--replay=false skips the replays, --profile
-# takes CPU profiles); see cmd/bench/handover.go.
+# takes CPU profiles); see integration/bench/handover.go.
 HANDOVER_COMMANDS ?= 2000000
 
 .PHONY: bench-handover
 bench-handover:
 	@mkdir -p bin
 	$(GO) build -o bin/processor ./cmd/processor
-	$(GO) build -o bin/bench ./cmd/bench
+	$(GO) build -o bin/bench ./integration/bench
 	./bin/bench handover --brokers $(KAFKA_BROKERS) --commands $(HANDOVER_COMMANDS) --reps $(RUNS)
 
-# 1, 2 and 3 instances in one group on the same load (issue 16 §4,
-# cmd/bench/instances.go): a history of MEMBERS users (a leave and a
+# 1, 2 and 3 instances in one group on the same load
+# (integration/bench/instances.go): a history of MEMBERS users (a leave and a
 # rejoin each, over 6 partitions) applied by a seed processor, then RUNS
 # rounds that grow one group from 1 to 3 instances, each new one with an
 # empty data dir (it restores its partitions from the changelog). Each
@@ -265,11 +273,11 @@ INSTANCES_FLAGS   ?=
 bench-instances:
 	@mkdir -p bin
 	$(GO) build -o bin/processor ./cmd/processor
-	$(GO) build -o bin/bench ./cmd/bench
+	$(GO) build -o bin/bench ./integration/bench
 	./bin/bench instances --brokers $(KAFKA_BROKERS) --members $(MEMBERS) --signals $(INSTANCES_SIGNALS) --runs $(RUNS) $(INSTANCES_FLAGS) \
 		--invoked-as "make bench-instances KAFKA_BROKERS=$(KAFKA_BROKERS) MEMBERS=$(MEMBERS) INSTANCES_SIGNALS=$(INSTANCES_SIGNALS) RUNS=$(RUNS)$(if $(INSTANCES_FLAGS), INSTANCES_FLAGS='$(INSTANCES_FLAGS)')"
 
-# The soak of issue 14 (cmd/chaos --scenarios soak; its package comment,
+# The soak (integration/chaos --scenarios soak; its package comment,
 # "Soak", states the rule): one processor binary for DURATION under a
 # steady load of leaves, rejoins and the hostile mix, at RATE signals/s,
 # or with RATE=0 half the maximum a short probe measures first (uncapped:
@@ -288,7 +296,7 @@ SOAK_FLAGS   ?=
 .PHONY: soak
 
 soak: build
-	$(GO) build -o bin/chaos ./cmd/chaos
+	$(GO) build -o bin/chaos ./integration/chaos
 	./bin/chaos --processor $(BIN) --brokers '$(SOAK_BROKERS)' --scenarios soak \
 		--soak-duration $(DURATION) --rate $(RATE) --soak-out bin/soak \
 		--users 100000 --leave-pct 5 --rejoin-pct 1 --hostile $(SOAK_FLAGS)

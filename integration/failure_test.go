@@ -56,7 +56,8 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string, match map[str
 // them: franz-go's GroupTransactSession alone would commit a transaction
 // whose produces all failed, and the signals would be gone. Refused for
 // their size, they are produced again alone and then go to the DLQ as
-// record_too_large, and the partition moves on (issue 13, finding 3);
+// record_too_large, and the partition moves on (as TestPoisonRecords
+// and TestBrokerRefusals check for every kind of poison);
 // the signals before them are forwarded exactly once.
 func TestProduceFailureAbortsCycle(t *testing.T) {
 	for _, exactlyOnce := range []bool{true, false} {

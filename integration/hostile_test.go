@@ -19,10 +19,11 @@ import (
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-// The tests of this file are issue 13's regression tests: records a real
-// producer can write, each of which broke the promise before. Each says
-// which finding it covers; where an unsafe switch brings the old behaviour
-// back, the test runs that control too and expects the damage.
+// The tests of this file are regression tests for hostile input: records
+// a real producer can write, each of which broke the promise before. Each
+// says what broke (its finding, numbered 1 to 7 in this file); where an
+// unsafe switch brings the old behaviour back, the test runs that control
+// too and expects the damage.
 
 // TestOpenCommandTransactionHoldsSignals: a transaction left open on a
 // commands partition (another producer's, or a killed one's) puts every

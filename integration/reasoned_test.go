@@ -398,8 +398,8 @@ func testTombstone(t *testing.T, deleteRetention string, tombstoneStays bool) {
 // the topic leaves out the user's oldest episodes and counts them in
 // history_omitted. The record said they were "in the user's earlier
 // records"; compaction keeps only the latest record of a user, so once it
-// ran no record held them. What holds instead, and what the README and
-// the record's documentation now say: the omitted episodes are the
+// ran no record held them. What holds instead, and what docs/client.md
+// and the record's documentation now say: the omitted episodes are the
 // oldest closed ones, which held no forwarded signal of the user outside
 // its late-leave windows, and every window stays in the record (pkg/fanout
 // TestTrimChangelog); the owner's store keeps the whole history, and an

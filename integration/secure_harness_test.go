@@ -169,7 +169,7 @@ type acl struct {
 // processorACLs are the ACLs `processor run` needs with exactly-once,
 // topic creation off, a group starting with group (prefixed, so that each
 // run of a test can have its own) and a transactional ID starting with
-// txnPrefix: the least-privilege set the README documents.
+// txnPrefix: the least-privilege set docs/operations.md documents.
 func (e *secEnv) processorACLs() []acl {
 	topic := func(name string, t topics.Topic, op kadm.ACLOperation) acl {
 		return acl{name, kmsg.ACLResourceTypeTopic, kadm.ACLPatternLiteral, string(t), op, ""}

@@ -14,7 +14,7 @@ import (
 // shape. All times are nanoseconds since the Unix epoch. The processor
 // writes no tombstone (a nil value); one written by others changes no
 // state, and a restore from the changelog never takes its user for one
-// who never left (the README's "Tombstones").
+// who never left (docs/client.md, "Tombstones").
 //
 //	{"user_id":42,"status":"left","left_at_ns":1764633600000000000,
 //	 "history":[{"left_at_ns":1700000000000000000,"rejoined_at_ns":1710000000000000000}],

@@ -14,7 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
+	"github.com/cohortgate/cohortgate/internal/cmdline"
 	"github.com/cohortgate/cohortgate/topics"
 )
 

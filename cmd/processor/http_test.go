@@ -29,8 +29,8 @@ func (stubView) Member(userID uint64) (topics.MemberRecord, error) {
 func (v stubView) Partitions() []fanout.PartitionStatus { return v.parts }
 
 // TestPartitionsJSON: /v1/partitions shows each owned partition with every
-// route's input, and a restore's progress while one runs, as the README
-// documents it.
+// route's input, and a restore's progress while one runs, as
+// docs/operations.md documents it.
 func TestPartitionsJSON(t *testing.T) {
 	v := stubView{parts: []fanout.PartitionStatus{
 		{Partition: 3, CaughtUp: true, Inputs: []fanout.InputStatus{{Topic: "engagement.signals", Next: 5120}, {Topic: "attribution.events", Next: -1}}},

@@ -27,7 +27,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
+	"github.com/cohortgate/cohortgate/internal/cmdline"
 	"github.com/cohortgate/cohortgate/topics"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
+	"github.com/cohortgate/cohortgate/internal/cmdline"
 )
 
 // inEmptyDir runs the test in an empty directory and returns a check that

@@ -10,7 +10,7 @@
 #
 # The *-secure commands run a second, separate broker with a SASL_SSL
 # listener, an ACL authorizer and SCRAM users (see "secure broker" below and
-# README.md); `start` and the plain broker are unaffected by them.
+# docs/operations.md); `start` and the plain broker are unaffected by them.
 #
 # Environment:
 #   KAFKA_PORT             PLAINTEXT listener port (default 9092)
@@ -752,7 +752,7 @@ cmd_secure_env() {
 # node has its own run dir (.cache/run-cluster/N) and ports (client
 # KAFKA_CLUSTER_PORT+N-1, controller KAFKA_CLUSTER_CONTROLLER_PORT+N-1);
 # the nodes share the cluster id in .cache/run-cluster/cluster.id. The
-# chaos harness (cmd/chaos --cluster) kills, pauses and restarts them one
+# chaos harness (integration/chaos --cluster) kills, pauses and restarts them one
 # by one with the *-broker commands.
 
 CLUSTER=0

@@ -42,7 +42,7 @@ type changelogRecord struct {
 	command string
 	// order is where the record's command stands among its user's
 	// commands: the commands topic's partition count when it was
-	// applied, then its offset (README, "Record formats"); ok is false
+	// applied, then its offset (docs/client.md, "Record formats"); ok is false
 	// when the record names no command.
 	order struct {
 		partitions, offset uint64
@@ -60,7 +60,7 @@ func (c changelogRecord) episodes() []episode {
 	return out
 }
 
-// The changelog record on the wire (README, "Record formats"). Numbers are
+// The changelog record on the wire (docs/client.md, "Record formats"). Numbers are
 // json.Number so that no ns value passes through a float64.
 type (
 	wireChangelog struct {

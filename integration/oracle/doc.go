@@ -1,8 +1,8 @@
 // Package oracle judges a cohortgate run from its five topics alone: it
 // recomputes, from the records in the input topics and the rules of the
-// README ("What it promises", "The rules, precisely", "Record formats"),
-// what the processor had to write, and compares that with what it wrote.
-// The chaos harness (cmd/chaos) calls [Verify] after each scenario.
+// README ("What it promises", "The rules, precisely") and docs/client.md
+// ("Record formats"), what the processor had to write, and compares that with what it wrote.
+// The chaos harness (integration/chaos) calls [Verify] after each scenario.
 //
 // # Shares no code
 //

@@ -31,8 +31,8 @@ type Config struct {
 	// equal): rules C2 and S2 route by murmur2 modulo this.
 	Partitions int32
 	// Earlier are the partition counts the commands and the inputs had
-	// before they grew to Partitions during the run (README, "Growing
-	// the topics"). A record in its key's partition under an earlier
+	// before they grew to Partitions during the run (docs/operations.md,
+	// "Growing the topics"). A record in its key's partition under an earlier
 	// count was routed right for the layout it was written under: a
 	// processor judged it there under that count, or, running under a
 	// later one, as misrouted (C2, S2). A signal is judged at its
@@ -46,7 +46,7 @@ type Config struct {
 	// ChangelogGrew says the changelog's partition count grew during
 	// the run: a user's records may be in several of its partitions, and
 	// are ordered by their commands' partition count, then offset
-	// (README, "Record formats").
+	// (docs/client.md, "Record formats").
 	ChangelogGrew bool
 	// MaxFutureSkew is the processors' --max-future-skew (rule C4).
 	// Default DefaultMaxFutureSkew.

@@ -92,7 +92,7 @@ func pause(ctx context.Context, d time.Duration) error {
 // errors the client retries (a leader moving, say) are waited out; data
 // loss ends the read. opts are the client's options (seed brokers, TLS).
 //
-// Verify reads with it; so does cmd/bench, counting its outputs.
+// Verify reads with it; so does integration/bench, counting its outputs.
 func ReadTopic(ctx context.Context, opts []kgo.Opt, topic string, upTo map[int32]int64, fn func(*kgo.Record)) error {
 	start := make(map[int32]kgo.Offset)
 	for p, end := range upTo {

@@ -65,7 +65,7 @@ func (t Topics) names() []string {
 	return names
 }
 
-// Headers the processor writes (README, "Record formats").
+// Headers the processor writes (docs/client.md, "Record formats").
 const (
 	headerMisroutedFrom   = "cohortgate.misrouted.from"
 	headerReason          = "cohortgate.reason"

@@ -2,7 +2,7 @@ package oracle
 
 import "math"
 
-// parseUserID reads a record key as a user id (README, "Record formats"):
+// parseUserID reads a record key as a user id (docs/client.md, "Record formats"):
 // "0", or a digit 1-9 followed by digits, at most 18446744073709551615 —
 // no sign, space or leading zero, and not empty or null. ok is false for
 // anything else: rule C1 or S1 sends such a record to the DLQ.

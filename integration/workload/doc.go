@@ -1,7 +1,7 @@
 // Package workload is cohortgate's seeded test load: a friendly part that a
 // correct processor gates exactly, and a hostile mix of what real
-// producers do. The chaos harness (cmd/chaos), the load generator
-// (cmd/loadgen) and the benchmark harness (cmd/bench) use it; nothing in
+// producers do. The chaos harness (integration/chaos), the load generator
+// (integration/loadgen) and the benchmark harness (integration/bench) use it; nothing in
 // the processor does. What a processor
 // made of a load is judged by integration/oracle, which shares no code with
 // this package or the processor.
@@ -64,8 +64,8 @@
 //     signals must all be forwarded.
 //   - redeliver: commands delivered again: the same record (a producer
 //     retry or re-publish: leave@a, rejoin@b, leave@(a+b)/2 clamped to b,
-//     rejoin@d, then that leave again, which must change nothing: issue
-//     13's finding 4) and a leave again with a new request id (a new
+//     rejoin@d, then that leave again, which must change nothing, and once
+//     re-opened a leave: TestRedeliveredLeaveAfterRejoin) and a leave again with a new request id (a new
 //     command by rule C5, changing nothing).
 //   - late-leave: a leave stamped Grace+0.5s..3s in the past after the
 //     user's signals of that span (acknowledged after the grace: a

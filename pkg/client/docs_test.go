@@ -7,7 +7,7 @@ import (
 )
 
 // TestDocsShowExampleIntent: the package documentation (what go doc -all
-// prints) and the README show ExampleIntent's code as it runs in the
+// prints) and docs/client.md show ExampleIntent's code as it runs in the
 // tests, so neither can drift into code that does not compile or that
 // panics (a receipt read without checking it is there).
 func TestDocsShowExampleIntent(t *testing.T) {
@@ -28,11 +28,15 @@ func TestDocsShowExampleIntent(t *testing.T) {
 			pkgDoc = append(pkgDoc, code)
 		}
 	}
-	readme := read(t, "../../README.md")
-	readme = readme[strings.Index(readme, "### From Go: pkg/client"):]
-	readme = readme[strings.Index(readme, "```go"):]
-	readme = readme[:strings.Index(readme[5:], "```")+5]
-	for name, text := range map[string]string{"doc.go": strings.Join(pkgDoc, "\n"), "README.md": readme} {
+	guide := read(t, "../../docs/client.md")
+	i = strings.Index(guide, "### From Go: pkg/client")
+	if i < 0 {
+		t.Fatal(`docs/client.md has no "### From Go: pkg/client"`)
+	}
+	guide = guide[i:]
+	guide = guide[strings.Index(guide, "```go"):]
+	guide = guide[:strings.Index(guide[5:], "```")+5]
+	for name, text := range map[string]string{"doc.go": strings.Join(pkgDoc, "\n"), "docs/client.md": guide} {
 		if !strings.Contains(strings.Join(codeLines(text), "\n"), strings.Join(want, "\n")) {
 			t.Errorf("%s does not show ExampleIntent's code:\n%s", name, strings.Join(want, "\n"))
 		}

@@ -73,7 +73,7 @@ func ExampleClient_Leave() {
 
 // Retry safely: one decision, named by the caller's key and the time it
 // was taken, is one command however often it is published. The package
-// documentation and the README show this example's code.
+// documentation and docs/client.md show this example's code.
 func ExampleIntent() {
 	ctx, c, done := connected() // a client of a broker and processor in this process, as in Example
 	defer done()

@@ -30,7 +30,7 @@ import (
 // The aligner (aligner.run) makes the observations every AlignInterval;
 // the commands side advances applied; the signals loop asks alignedThrough
 // once per decision pass and compares each held signal's deadline to it
-// (decide.go).
+// (rules.go).
 
 // observation is the end of a commands partition observed by a request
 // sent at wall-clock sentNs (ns since the Unix epoch, the clock's early

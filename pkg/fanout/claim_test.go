@@ -15,7 +15,7 @@ import (
 // reported late against the predecessor's decided event time: over a
 // hundred false late-leave windows per handover in the changelog, sending
 // the purge job after contributions that were never made. The exact cases
-// are issue 13's: a window names a forwarded signal of the user, or there
+// are the purge job's: a window names a forwarded signal of the user, or there
 // is none.
 func TestClaimLateWindow(t *testing.T) {
 	const open = membership.OpenEnd

@@ -89,35 +89,6 @@ type committed struct {
 	cmds     []appliedCmd
 }
 
-// CommandsGapError halts the processor: commands of a partition cannot be
-// read from where the store says the next one is. Forwarding on would mean
-// forwarding signals of users whose leave was skipped.
-type CommandsGapError struct {
-	Topic     string
-	Partition int32
-	Next      int64 // the store's checkpoint (next offset to apply), -1 if unknown
-	End       int64 // the log end observed, -1 if unknown
-	Err       error
-}
-
-func (e *CommandsGapError) Error() string {
-	var what string
-	switch {
-	case e.End >= 0 && e.Next >= 0:
-		what = fmt.Sprintf("log end %d is below the local checkpoint %d", e.End, e.Next)
-	case e.Err != nil:
-		what = e.Err.Error()
-	default:
-		what = "the position is not in the log"
-	}
-	return fmt.Sprintf("commands topic %s partition %d: %s; the topic was probably deleted and recreated, "+
-		"or lost data. The local state no longer matches it. Way out: stop every processor, then either "+
-		"restore the topic, or start each processor with an empty data directory (state is rebuilt from "+
-		"the commands topic as it is now)", e.Topic, e.Partition, what)
-}
-
-func (e *CommandsGapError) Unwrap() error { return e.Err }
-
 func isOffsetOutOfRange(err error) bool { return errors.Is(err, kerr.OffsetOutOfRange) }
 
 // appliedCmd is the outcome of one command, kept until the batch commits.
@@ -545,10 +516,10 @@ type claimOffset struct {
 	next int64
 }
 
-// one applies the command in r, returning what it did (nil when the record
-// is not a command the store takes) and the outbox entries it needs. Only
-// a store failure is an error; bad input becomes a DLQ entry. The checks
-// are the README's rules C1 to C7, in their order.
+// one applies the command in r by its verdict (rules.go), returning what
+// it did (nil when the record is not a command the store takes) and the
+// outbox entries it needs. Only a store failure is an error; bad input
+// becomes a DLQ entry.
 func (a *applier) one(ctx context.Context, b *membership.Batch, c *claim, r *kgo.Record) (*appliedCmd, []outboxItem, error) {
 	var lim limits
 	if a.lim != nil {
@@ -560,32 +531,23 @@ func (a *applier) one(ctx context.Context, b *membership.Batch, c *claim, r *kgo
 			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err})
 		return []outboxItem{{e: outboxFrom(dl, -1)}}
 	}
-	if _, err := topics.ParseUserID(r.Key); err != nil {
-		return nil, dlq(topics.ReasonOf(err), err), nil
+	rules := commandRules{partitions: a.partitions, skew: a.cfg.MaxFutureSkew}
+	v := rules.decide(a.kp, r, lim)
+	if v.act == actDeadLetter && v.reason == topics.ReasonRecordTooLarge && a.lim != nil {
+		// Not dead-lettered against a limit read before it was fetched:
+		// the topic's may have been raised since. When the limits cannot
+		// be read, the last read decides.
+		lim, _ = a.lim.fresh(ctx)
+		v = rules.decide(a.kp, r, lim)
 	}
-	if want := a.kp.of(r.Key, a.partitions); want != r.Partition {
-		rp := republishCommand(r, want)
-		if !lim.fits(rp) && a.lim != nil {
-			// Not dead-lettered against a limit read before it was
-			// fetched: the topic's may have been raised since. When the
-			// limits cannot be read, the last read decides.
-			lim, _ = a.lim.fresh(ctx)
-		}
-		if !lim.fits(rp) {
-			return nil, dlq(topics.ReasonRecordTooLarge, fmt.Errorf("misrouted command of %d bytes does not fit %s again with its header (max.message.bytes %d)",
-				userBytes(r), r.Topic, lim.of(r.Topic))), nil
-		}
-		a.ev.Misrouted(MisroutedInfo{Source: SourceCommands, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Want: want})
-		return nil, []outboxItem{{e: outboxFrom(rp, want)}}, nil
+	switch v.act {
+	case actDeadLetter:
+		return nil, dlq(v.reason, v.err), nil
+	case actRepublish:
+		a.ev.Misrouted(MisroutedInfo{Source: SourceCommands, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Want: v.want})
+		return nil, []outboxItem{{e: outboxFrom(republishCommand(r, v.want), v.want)}}, nil
 	}
-	cmd, err := topics.DecodeCommand(r.Key, r.Value)
-	if err != nil {
-		return nil, dlq(topics.ReasonOf(err), err), nil
-	}
-	at, reason, err := boundary(cmd, r.Timestamp, a.cfg.MaxFutureSkew)
-	if err != nil {
-		return nil, dlq(reason, err), nil
-	}
+	cmd, at := v.cmd, v.atNs
 	if through, ok := c.reflected[cmd.UserID]; ok && r.Offset <= through {
 		return nil, nil, nil // in the state restored from the user's changelog record (handover.go)
 	}
@@ -594,14 +556,10 @@ func (a *applier) one(ctx context.Context, b *membership.Batch, c *claim, r *kgo
 		op = membership.OpRejoin
 	}
 	change, err := b.Apply(membership.Command{Op: op, UserID: cmd.UserID, AtNs: at, RequestID: cmd.RequestID})
-	switch {
-	case errors.Is(err, membership.ErrRejoinBeforeLeave):
-		return &appliedCmd{c: c, r: r, cmd: cmd, atNs: at, change: change, refused: true},
-			dlq(topics.ReasonRejoinBeforeLeave, err), nil
-	case errors.Is(err, membership.ErrHistoryFull):
-		return &appliedCmd{c: c, r: r, cmd: cmd, atNs: at, change: change, refused: true},
-			dlq(topics.ReasonHistoryFull, err), nil
-	case err != nil:
+	if reason, ok := storeRefusal(err); ok {
+		return &appliedCmd{c: c, r: r, cmd: cmd, atNs: at, change: change, refused: true}, dlq(reason, err), nil
+	}
+	if err != nil {
 		return nil, nil, fmt.Errorf("unable to apply %s of user %d (commands partition %d offset %d): %w",
 			cmd.Op, cmd.UserID, r.Partition, r.Offset, err)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TestConfigGrace pins the trap issue 17 found: the doc said "Default 2s"
+// TestConfigGrace pins a trap a user met: the doc said "Default 2s"
 // while a zero Grace meant none, so a library user got no grace at all.
 func TestConfigGrace(t *testing.T) {
 	for _, tc := range []struct {

@@ -15,8 +15,10 @@
 // the commands holds every command for the users whose signals are in
 // partition p of the signals. The signals topic is consumed in a consumer
 // group; for every signals partition p an instance is assigned, it also
-// consumes commands partition p, from the checkpoint its store holds,
-// never from group offsets. A store that holds nothing of p (a new
+// consumes commands partition p, which has no group offsets of its own:
+// from the checkpoint its store holds, or from lower when the offset
+// metadata committed with the signals says that commands below it have no
+// changelog record yet (see Delivery). A store that holds nothing of p (a new
 // instance, a wiped disk) is first given p's users from their changelog
 // records (the partitions that wait for it side by side, as many as
 // Config.RestoreParallel, each saying how far it is in PartitionStatus),
@@ -98,7 +100,8 @@
 //
 // # Goroutines
 //
-// Run owns three goroutines and returns only after all have exited:
+// Run owns, in each run under one layout of the topics (runOnce), these
+// goroutines, and returns only after all have exited:
 //
 //   - the signals loop (Run's own goroutine) owns the consumer-group session
 //     and every lane of held signals. It decides signals, produces the
@@ -107,13 +110,20 @@
 //   - the commands applier is the only writer of the store and the gate: it
 //     applies each fetch of commands in one store batch with the
 //     partitions' checkpoints and the outbox entries (changelog records,
-//     DLQ records of bad commands) that the signals loop will produce.
+//     DLQ records of bad commands) that the signals loop will produce. It
+//     owns the syncer, which publishes each batch once the store synced it.
 //     It restores the partitions that wait for a restore from the
 //     changelog on goroutines of its own, one per partition (at most
 //     Config.RestoreParallel running), and joins them before it applies
 //     anything else;
+//   - the gate's restore from the store at start (restore.go), which the
+//     applier and the aligner wait for;
 //   - the aligner observes the commands topic's end offsets (high
-//     watermark and last stable offset).
+//     watermark and last stable offset);
+//   - the watchers of the topics' counts and IDs (topology.go) and of
+//     their size limits (size.go);
+//   - the watch on the store, whose failure in Pebble's background halts
+//     the run, and the stall watch (stall.go).
 //
 // The group callbacks run on franz-go's goroutines; they create and drop
 // claims (see claim.go) and change what the commands consumer fetches.
@@ -182,7 +192,6 @@
 //   - loop.go: the signals loop, its lanes of held signals and cycles;
 //   - stall.go: the watch that says when the signals side makes no
 //     progress, and halts the run when that lasts;
-//   - decide.go: the rules for one signal, as a pure verdict;
 //   - emit.go: producing a cycle's records and keeping their promises;
 //   - session.go: a cycle's transaction, or its plain commit, and Outcome's use;
 //   - commands.go: the commands side, the applier;
@@ -194,13 +203,17 @@
 //   - claim.go: what both sides share about one owned partition;
 //   - recover.go: late-leave windows recovered from the changelog, and
 //     the restore headers a read keeps for handover.go;
+//   - rules.go: the rules for one signal (S1 to S5) and one command (C1
+//     to C4), as pure verdicts: where every DLQ reason is decided, but
+//     the broker's refusals (poison.go) and the store's (C7);
 //   - layout.go: the topics' layout the state depends on, and its changes;
 //   - align.go: alignment of signals with the commands, and the aligner;
 //   - forwarded.go: the signals a claim forwarded, for exact windows;
 //   - queue.go: a lane's queue of held signals;
 //   - outbox.go: records the store holds until they are produced;
 //   - poison.go: records the broker refused, and how they are settled;
-//   - records.go: DLQ and re-published records, record headers;
+//   - records.go: a record's way out: DLQ copies (whole, truncated to a
+//     limit, minimal), re-published records, record headers;
 //   - size.go: the size limits of the topics, read again while running;
 //   - changelog.go: changelog records;
 //   - partitioner.go: Kafka's murmur2 partitioning, and pinned records;
@@ -212,6 +225,7 @@
 //   - store.go: the Store the processor needs;
 //   - config.go: Config;
 //   - clock.go: the wall and monotonic clocks, and what each decides;
+//   - errors.go: the errors Run returns that a caller may act on;
 //   - events.go: the EventListener and its infos, Outcome;
 //   - doc.go: this.
 //

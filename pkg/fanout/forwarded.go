@@ -26,8 +26,8 @@ type fwd struct {
 
 // forwarded remembers the signals a claim forwarded, newest last, so that a
 // late leave's window can name the latest event time of the user's signals
-// that really went out (issue 13: a window with no leaked signal in it
-// sends the purge job after contributions never made).
+// that really went out: a window with no leaked signal in it sends the
+// purge job after contributions never made.
 //
 // The signals loop takes decisions in passes over a lane; it marks the pass
 // busy before asking the gate about any signal and hands over the pass's

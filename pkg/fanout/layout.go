@@ -145,37 +145,6 @@ func (l layout) equal(o layout) bool {
 	return l.Commands == o.Commands && l.Changelog == o.Changelog && slices.Equal(l.Inputs, o.Inputs)
 }
 
-// TopologyChangedError ends a run whose topics changed under it: a
-// partition count grew, or a topic was deleted and created again. Run
-// starts again under the new layout (after forgetting the store's users
-// when the commands' or inputs' counts changed), so the caller sees it
-// only when that cannot be done. Meanwhile no signal is decided.
-type TopologyChangedError struct {
-	// Changes says what changed, one item a change.
-	Changes []string
-}
-
-func (e *TopologyChangedError) Error() string {
-	return "the topics changed under the running processor: " + strings.Join(e.Changes, "; ") +
-		"; every partition stops forwarding and is restored under the new layout"
-}
-
-// CommandsRecreatedError halts a start whose store was built from a
-// commands topic that no longer exists: one of the same name was created
-// since (another topic ID). The store's state reflects commands that are
-// gone, and its checkpoints offsets of the old log.
-type CommandsRecreatedError struct {
-	Topic        string
-	StoreID, Now string // the topic IDs the store was built from, and found now
-}
-
-func (e *CommandsRecreatedError) Error() string {
-	return fmt.Sprintf("commands topic %s was deleted and created again (topic ID %s when this data directory's state "+
-		"was built, %s now): the state reflects commands that are gone. Way out: if the new topic holds the commands "+
-		"that count, stop every processor and start each one with an empty data directory (the state is rebuilt from "+
-		"the new topic, from offset 0); otherwise restore the old topic", e.Topic, e.StoreID, e.Now)
-}
-
 // routesProtocol names the group protocol of a route set: a prefix and
 // the first 12 hex digits of the SHA-256 of the inputs in route order
 // (the first is the one balanced, so the order matters), one per line: a
@@ -184,27 +153,6 @@ func routesProtocol(inputs []string) string {
 	h := sha256.Sum256([]byte(strings.Join(inputs, "\n")))
 	return byPartitionProtocol + "-" + hex.EncodeToString(h[:6])
 }
-
-// RoutesDifferError halts an instance Kafka refused to admit to its
-// consumer group because the group's running members have other routes
-// (INCONSISTENT_GROUP_PROTOCOL: see balancerFor). The running members go
-// on undisturbed.
-type RoutesDifferError struct {
-	Group    string
-	Inputs   []string // this instance's routes' inputs, in route order
-	Protocol string   // this instance's group protocol
-	Err      error    // Kafka's refusal
-}
-
-func (e *RoutesDifferError) Error() string {
-	return fmt.Sprintf("consumer group %q runs with other routes than this instance's (inputs %s, group protocol %s; "+
-		"kafka-consumer-groups --describe --state shows the group's): Kafka refused to admit it: %v. "+
-		"Every instance of a group must have the same routes in the same order: stop every instance before "+
-		"changing the routes, or run the new routes under another --group",
-		e.Group, strings.Join(e.Inputs, ", "), e.Protocol, e.Err)
-}
-
-func (e *RoutesDifferError) Unwrap() error { return e.Err }
 
 // byPartitionProtocol prefixes the group protocol of byPartition.
 const byPartitionProtocol = "cohortgate-by-partition"

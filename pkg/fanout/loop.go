@@ -19,7 +19,7 @@ import (
 
 // loop is the signals side: one goroutine that owns a session and the
 // lanes (one per route's input and owned partition). It decides every
-// signal (decide.go), produces what they become (emit.go), produces what
+// signal (rules.go), produces what they become (emit.go), produces what
 // the commands side queued in the outbox, and ends a cycle every
 // CommitInterval (end, with the session's Outcome).
 type loop struct {
@@ -320,12 +320,12 @@ func (pt *part) holding() bool {
 	return false
 }
 
-// decide settles one signal of route by its verdict (decide.go), reporting
+// decide settles one signal of route by its verdict (rules.go), reporting
 // false when it must wait.
 func (l *loop) decide(ctx context.Context, pt *part, route int, h held, av alignView) bool {
 	r, c := h.r, pt.c
 	rfl, refused := l.refused.take(r)
-	v := l.rules.judge(l.kp, r, route, rfl, refused, h.seenNs, av)
+	v := l.rules.decide(l.kp, r, route, rfl, refused, h.seenNs, av)
 	v = l.recheck(ctx, r, route, h.fetchedMono, v, refused)
 	if v.act == actHold {
 		return false
@@ -553,10 +553,6 @@ func (l *loop) recheck(ctx context.Context, r *kgo.Record, route int, fetchedMon
 	case v.act == actDeadLetter && v.reason != topics.ReasonRecordTooLarge:
 		if batchBytes(deadLetterRecord(e.topics.DLQ, math.MaxInt, r, v.reason, v.err)) <= e.dlqBudget {
 			return v // a whole copy
-		}
-	case v.act == actRepublish:
-		if e.lim.fits(republishRecord(r, v.want)) {
-			return v
 		}
 	case v.act != actDeadLetter:
 		return v

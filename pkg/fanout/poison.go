@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,17 +20,13 @@ import (
 // (message.timestamp.before.max.ms), a record the broker calls invalid. The
 // cycle then aborts and the record's input is fetched again; produced the
 // same way, it would be refused again, forever, and no partition would
-// move (issue 13, finding 3). So the processor remembers a refusal and
+// move (integration.TestBrokerRefusals). So the processor remembers a refusal and
 // settles the input differently the next time: a DLQ copy becomes a
 // minimal one (see minimalDeadLetter), an outbox entry is replaced (see
 // refusedEntry), and a forwarded or re-published signal is first produced
 // again alone: a broker refuses a whole record batch for one bad record,
 // so the others in it are only suspects until refused on their own, after
 // which they go to the DLQ.
-
-// refusedBudget is the largest DLQ copy made after a refusal, when the
-// DLQ topic takes that much: large enough for headers and a head of value.
-const refusedBudget = 64 << 10
 
 // maxRefusals is how many times the broker may refuse what one record
 // became (a DLQ copy, an outbox record) before the processor halts: by
@@ -217,14 +212,4 @@ func sourceOf(r *kgo.Record) (source, bool) {
 		}
 	}
 	return src, okT && okP && okO
-}
-
-// minimalDeadLetter is the DLQ copy of r after a copy was refused: at most
-// refusedBudget bytes and at most budget (the DLQ topic's limit, see
-// limits.deadLetterBudget), stamped now rather than with r's timestamp,
-// which the DLQ topic may be the one refusing.
-func minimalDeadLetter(dlq topics.Topic, budget int, r *kgo.Record, reason topics.Reason, err error) *kgo.Record {
-	dl := deadLetterRecord(dlq, min(budget, refusedBudget), r, reason, err)
-	dl.Timestamp = time.Now()
-	return dl
 }

@@ -247,29 +247,6 @@ func (p *Processor) Member(userID uint64) (topics.MemberRecord, error) {
 	return changelogOf(m, note), nil
 }
 
-// NotOwnerError is Member's answer for a user whose partition this
-// instance does not own, or owns but has not caught up with yet.
-type NotOwnerError struct {
-	User uint64
-	// Partition is the user's commands partition, -1 when no run is
-	// under way (the processor is starting, between runs or stopped).
-	Partition int32
-	// CatchingUp is true when the partition is owned but its commands
-	// are not yet applied through their end: ask again shortly.
-	CatchingUp bool
-}
-
-func (e *NotOwnerError) Error() string {
-	switch {
-	case e.Partition < 0:
-		return fmt.Sprintf("user %d: this instance owns no partition yet (not running, or joining its group)", e.User)
-	case e.CatchingUp:
-		return fmt.Sprintf("user %d: this instance is still catching up with commands partition %d; ask again shortly", e.User, e.Partition)
-	}
-	return fmt.Sprintf("user %d is in commands partition %d, which this instance does not own: "+
-		"ask its owner (see /v1/partitions), or read the user's changelog record (processor status --brokers)", e.User, e.Partition)
-}
-
 // owns returns nil when the user's partition is owned and caught up, a
 // *NotOwnerError otherwise.
 func (p *Processor) owns(userID uint64) error {
@@ -398,11 +375,12 @@ func (p *Processor) setBetweenRuns(why string) {
 // runOnce is one run of the processor under the topics' layout as it
 // finds them, until ctx is done, a fatal error, or the topics change.
 //
-// It owns eight goroutines and returns only after all have exited: the
-// restore, the signals loop (its own), the commands side, the aligner,
-// the topics' watcher, the limits' watcher, the watch on the store (a
-// failure in Pebble's background halts the run) and the stall watch (a
-// stall that outlasts Config.StallHalt halts it).
+// It owns eight goroutines (nine with the applier's syncer) and returns
+// only after all have exited: the restore, the signals loop (its own),
+// the commands side, the aligner, the topics' watcher, the limits'
+// watcher, the watch on the store (a failure in Pebble's background halts
+// the run) and the stall watch (a stall that outlasts Config.StallHalt
+// halts it).
 func (p *Processor) runOnce(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -645,7 +623,7 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 		// limits of one read: the emitter replaces the session when they
 		// change (followLimits).
 		lim := k.lim.now()
-		rules := signalRules{partitions: k.signalPartitions, skew: p.cfg.MaxFutureSkew, grace: p.cfg.grace()}
+		rules := signalRules{partitions: k.signalPartitions, skew: p.cfg.MaxFutureSkew, grace: p.cfg.grace(), lim: lim}
 		for _, r := range p.cfg.Topics.AllRoutes() {
 			rules.outs = append(rules.outs, routeOut{topic: string(r.Out), limit: lim.of(string(r.Out))})
 		}

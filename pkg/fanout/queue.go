@@ -7,7 +7,7 @@ import "github.com/twmb/franz-go/pkg/kgo"
 type queue struct {
 	recs  []held // recs[head:] are undecided
 	head  int
-	bytes int64 // sum of recordSize over recs[head:]
+	bytes int64 // sum of userBytes over recs[head:]
 }
 
 // held is a fetched signal and the clock when it was fetched: fetchedMono
@@ -19,17 +19,9 @@ type held struct {
 	seenNs      int64
 }
 
-func recordSize(r *kgo.Record) int64 {
-	n := int64(len(r.Key) + len(r.Value))
-	for _, h := range r.Headers {
-		n += int64(len(h.Key) + len(h.Value))
-	}
-	return n
-}
-
 func (q *queue) push(r *kgo.Record, fetched reading) {
 	q.recs = append(q.recs, held{r, fetched.mono, fetched.late})
-	q.bytes += recordSize(r)
+	q.bytes += userBytes(r)
 }
 
 func (q *queue) len() int { return len(q.recs) - q.head }
@@ -46,7 +38,7 @@ func (q *queue) peek() (h held, ok bool) {
 // drained, and compacted when more than half of it is decided, so a queue
 // that never empties does not grow without bound.
 func (q *queue) pop() {
-	q.bytes -= recordSize(q.recs[q.head].r)
+	q.bytes -= userBytes(q.recs[q.head].r)
 	q.recs[q.head] = held{}
 	q.head++
 	switch {

@@ -1,7 +1,8 @@
 package fanout
 
 import (
-	"fmt"
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"strconv"
 	"time"
@@ -39,6 +40,67 @@ func deadLetterRecord(dlq topics.Topic, budget int, r *kgo.Record, reason topics
 	case batchBytes(dl) > budget:
 		return truncateDeadLetter(dl, r, reason, budget)
 	}
+	return dl
+}
+
+// truncateDeadLetter returns a DLQ copy of orig that fits budget bytes, with
+// reason record_too_large: the original key (at most topics.MaxTruncatedKey
+// bytes), the original headers if they take at most a quarter of the
+// budget, the headers of dl (the full copy deadLetterRecord made) but for
+// its reason, headers identifying the original (origReason is the reason
+// it was dead-lettered for, "" for a valid record too large to forward),
+// and as much of the value's head as fits. budget must leave room for the
+// headers (a few KiB); whatever it is, the value is cut to nothing before
+// anything else is dropped.
+func truncateDeadLetter(dl, orig *kgo.Record, origReason topics.Reason, budget int) *kgo.Record {
+	sum := sha256.Sum256(orig.Value)
+	hs := []kgo.RecordHeader{
+		{Key: topics.HeaderReason, Value: []byte(topics.ReasonRecordTooLarge)},
+		{Key: topics.HeaderOriginalReason, Value: []byte(origReason)},
+		{Key: topics.HeaderOriginalSize, Value: strconv.AppendInt(nil, userBytes(orig), 10)},
+		{Key: topics.HeaderOriginalSHA256, Value: hex.AppendEncode(nil, sum[:])},
+	}
+	for _, h := range dl.Headers[len(orig.Headers):] {
+		switch h.Key {
+		case topics.HeaderReason:
+		case topics.HeaderError:
+			if len(h.Value) > 1024 {
+				h.Value = h.Value[:1024]
+			}
+			hs = append(hs, h)
+		default:
+			hs = append(hs, h)
+		}
+	}
+	out := &kgo.Record{Topic: dl.Topic, Key: orig.Key, Timestamp: dl.Timestamp}
+	if len(out.Key) > topics.MaxTruncatedKey {
+		out.Key = out.Key[:topics.MaxTruncatedKey]
+	}
+	origHeaders := 0
+	for _, h := range orig.Headers {
+		origHeaders += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	if origHeaders <= budget/4 {
+		out.Headers = append(append(make([]kgo.RecordHeader, 0, len(orig.Headers)+len(hs)), orig.Headers...), hs...)
+	} else {
+		out.Headers = append(hs, kgo.RecordHeader{Key: topics.HeaderOriginalHeaders, Value: strconv.AppendInt(nil, int64(len(orig.Headers)), 10)})
+	}
+	room := budget - batchBytes(out)
+	out.Value = orig.Value[:max(0, min(room, len(orig.Value)))]
+	return out
+}
+
+// refusedBudget is the largest DLQ copy made after a refusal, when the
+// DLQ topic takes that much: large enough for headers and a head of value.
+const refusedBudget = 64 << 10
+
+// minimalDeadLetter is the DLQ copy of r after a copy was refused: at most
+// refusedBudget bytes and at most budget (the DLQ topic's limit, see
+// limits.deadLetterBudget), stamped now rather than with r's timestamp,
+// which the DLQ topic may be the one refusing.
+func minimalDeadLetter(dlq topics.Topic, budget int, r *kgo.Record, reason topics.Reason, err error) *kgo.Record {
+	dl := deadLetterRecord(dlq, min(budget, refusedBudget), r, reason, err)
+	dl.Timestamp = time.Now()
 	return dl
 }
 
@@ -93,34 +155,6 @@ func republishCommand(r *kgo.Record, want int32) *kgo.Record {
 	cmd.HasAt, cmd.AtNs = true, uint64(ms)*uint64(time.Millisecond)
 	out.Value = topics.AppendCommand(nil, cmd)
 	return out
-}
-
-// boundary returns a command's boundary: its at_ns, or its record
-// timestamp when it has none (rule C4). A boundary that is no time the
-// processor can hold (above 2^63-1 ns, or a record timestamp that is
-// negative or beyond 2^63-1 ns) is refused with command_at_out_of_range;
-// one more than skew ahead of the record's own timestamp with
-// command_future_skew. Both checks read only the record, so a replay
-// decides the same.
-func boundary(cmd topics.Command, recordTs time.Time, skew time.Duration) (uint64, topics.Reason, error) {
-	ms := recordTs.UnixMilli()
-	tsOK := ms >= 0 && ms <= math.MaxInt64/int64(time.Millisecond)
-	if !cmd.HasAt {
-		if !tsOK {
-			return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("no at_ns, and the record timestamp %d ms is no time in 0..2^63-1 ns", ms)
-		}
-		return uint64(ms) * uint64(time.Millisecond), "", nil
-	}
-	if cmd.AtNs > math.MaxInt64 {
-		return 0, topics.ReasonCommandAtOutOfRange, fmt.Errorf("at_ns %d is above 2^63-1 ns, no time the processor holds", cmd.AtNs)
-	}
-	// Unsigned, so that a negative record timestamp cannot overflow.
-	ts := uint64(ms) * uint64(time.Millisecond)
-	if ms < 0 || (tsOK && cmd.AtNs > ts && cmd.AtNs-ts > uint64(skew)) {
-		return 0, topics.ReasonCommandFutureSkew, fmt.Errorf("at_ns %d is more than %v ahead of the record timestamp %d ms",
-			cmd.AtNs, skew, ms)
-	}
-	return cmd.AtNs, "", nil
 }
 
 // headerValue returns the value of r's header key, or "".

@@ -28,7 +28,8 @@ import (
 // partition (after a rebalance, a replacement, a wiped data directory)
 // replays the commands into its store, but the windows its predecessors
 // recorded are only in the changelog. Once recorded, a window must be in
-// every later record of its user (issue 13, finding 2), so before a claim
+// every later record of its user (the purge job reads only the latest), so
+// before a claim
 // applies its first command, a recoverer reads the changelog's records
 // of the claim's users and puts their windows into the store, each as soon
 // as the store holds the episode it starts.

@@ -16,46 +16,6 @@ import (
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-// PartitionMismatchError reports route inputs that are not co-partitioned
-// with the commands.
-type PartitionMismatchError struct {
-	Commands          topics.Topic
-	CommandPartitions int
-	// Inputs are the route inputs whose partition count differs from the
-	// commands', in the order of the routes.
-	Inputs []TopicPartitions
-}
-
-// TopicPartitions is a topic's partition count.
-type TopicPartitions struct {
-	Topic      topics.Topic
-	Partitions int
-}
-
-// Error says what differs, one line per input, and how to fix it.
-func (e *PartitionMismatchError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "input topics not co-partitioned with %s (%d partitions): partition p of the commands must hold "+
-		"every command for the users whose signals are in partition p of every input", e.Commands, e.CommandPartitions)
-	for _, in := range e.Inputs {
-		fmt.Fprintf(&b, "\n  %s has %d partitions, %s has %d", in.Topic, in.Partitions, e.Commands, e.CommandPartitions)
-	}
-	fmt.Fprintf(&b, "\nfix: recreate the inputs with %d partitions, or, when they all agree, recreate %s with theirs "+
-		"(its commands are the source of truth, so copy them over); or point --commands-topic and --route at co-partitioned topics",
-		e.CommandPartitions, e.Commands)
-	return b.String()
-}
-
-// MissingTopicsError reports topics that do not exist while topic creation
-// is off.
-type MissingTopicsError struct{ Topics []string }
-
-func (e *MissingTopicsError) Error() string {
-	return fmt.Sprintf("topics do not exist: %s; create them (commands and signals with equal partition counts; "+
-		"commands with retention.ms=-1, changelog with cleanup.policy=compact) or run with topic creation enabled",
-		strings.Join(e.Topics, ", "))
-}
-
 // kafka is the processor's view of the cluster, made once by connect: its
 // clients other than the signals session's, what the topics look like,
 // and their size limits.
@@ -314,8 +274,8 @@ func coPartitioned(set topics.Set, details kadm.TopicDetails) error {
 // It asks the broker every time. kadm's ListTopics answers from the
 // client's metadata cache, which keeps what it saw, absences included, for
 // kgo.MetadataMinAge (5s by default): after creating the topics, the
-// start waited that long to see them (issue 16: 5 of the 7s to ready at
-// 10M members, on every start on a new cluster).
+// start waited that long to see them: 5 of the 7 s to ready at 10M
+// members, on every start on a new cluster (TestEnsureTopicsSeesWhatItCreated).
 func listTopics(ctx context.Context, cl *kgo.Client, names []string) (kadm.TopicDetails, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, name := range names {

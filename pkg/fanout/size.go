@@ -2,12 +2,9 @@ package fanout
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,53 +161,6 @@ func (l limits) fits(r *kgo.Record) bool { return batchBytes(r) <= l.of(r.Topic)
 // deadLetterBudget is the largest DLQ copy the processor makes.
 func (l limits) deadLetterBudget(dlq topics.Topic) int {
 	return min(l.of(string(dlq)), maxDeadLetterBytes)
-}
-
-// truncateDeadLetter returns a DLQ copy of orig that fits budget bytes, with
-// reason record_too_large: the original key (at most topics.MaxTruncatedKey
-// bytes), the original headers if they take at most a quarter of the
-// budget, the headers of dl (the full copy deadLetterRecord made) but for
-// its reason, headers identifying the original (origReason is the reason
-// it was dead-lettered for, "" for a valid record too large to forward),
-// and as much of the value's head as fits. budget must leave room for the
-// headers (a few KiB); whatever it is, the value is cut to nothing before
-// anything else is dropped.
-func truncateDeadLetter(dl, orig *kgo.Record, origReason topics.Reason, budget int) *kgo.Record {
-	sum := sha256.Sum256(orig.Value)
-	hs := []kgo.RecordHeader{
-		{Key: topics.HeaderReason, Value: []byte(topics.ReasonRecordTooLarge)},
-		{Key: topics.HeaderOriginalReason, Value: []byte(origReason)},
-		{Key: topics.HeaderOriginalSize, Value: strconv.AppendInt(nil, userBytes(orig), 10)},
-		{Key: topics.HeaderOriginalSHA256, Value: hex.AppendEncode(nil, sum[:])},
-	}
-	for _, h := range dl.Headers[len(orig.Headers):] {
-		switch h.Key {
-		case topics.HeaderReason:
-		case topics.HeaderError:
-			if len(h.Value) > 1024 {
-				h.Value = h.Value[:1024]
-			}
-			hs = append(hs, h)
-		default:
-			hs = append(hs, h)
-		}
-	}
-	out := &kgo.Record{Topic: dl.Topic, Key: orig.Key, Timestamp: dl.Timestamp}
-	if len(out.Key) > topics.MaxTruncatedKey {
-		out.Key = out.Key[:topics.MaxTruncatedKey]
-	}
-	origHeaders := 0
-	for _, h := range orig.Headers {
-		origHeaders += headerOverhead + len(h.Key) + len(h.Value)
-	}
-	if origHeaders <= budget/4 {
-		out.Headers = append(append(make([]kgo.RecordHeader, 0, len(orig.Headers)+len(hs)), orig.Headers...), hs...)
-	} else {
-		out.Headers = append(hs, kgo.RecordHeader{Key: topics.HeaderOriginalHeaders, Value: strconv.AppendInt(nil, int64(len(orig.Headers)), 10)})
-	}
-	room := budget - batchBytes(out)
-	out.Value = orig.Value[:max(0, min(room, len(orig.Value)))]
-	return out
 }
 
 // userBytes is the bytes of r's key, value and headers.

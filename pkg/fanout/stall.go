@@ -321,18 +321,3 @@ func (w *stallWatch) run(ctx context.Context) error {
 func stallTick(after time.Duration) time.Duration {
 	return min(max(after/10, 10*time.Millisecond), time.Second)
 }
-
-// StallError is Run's error when the processor made no progress for
-// Config.StallHalt: it halts, so that its orchestrator restarts it (a
-// restart makes new clients, which resolve every topic again), rather
-// than loop on in silence.
-type StallError struct {
-	Stall
-	Lasted time.Duration
-}
-
-func (e *StallError) Error() string {
-	return fmt.Sprintf("no progress for %v, halting: %v", e.Lasted.Round(time.Millisecond), e.Stall.String())
-}
-
-func (e *StallError) Unwrap() error { return e.Err }

@@ -319,18 +319,6 @@ func decodeUserKey(key []byte) (userID uint64, kind recordKind, leftAtNs uint64,
 	}
 }
 
-// decodeState decodes a current-state record.
-func decodeState(key, value []byte) (CommunityMembership, error) {
-	userID, kind, _, err := decodeUserKey(key)
-	if err != nil {
-		return CommunityMembership{}, err
-	}
-	if kind != kindState {
-		return CommunityMembership{}, corruptf(key, "not a current-state key")
-	}
-	return decodeStateValue(key, userID, value)
-}
-
 // decodeStateValue decodes the value of userID's current-state record, whose
 // key has already been checked; key is used only to name the record.
 func decodeStateValue(key []byte, userID uint64, value []byte) (CommunityMembership, error) {
@@ -353,19 +341,6 @@ func decodeStateValue(key []byte, userID uint64, value []byte) (CommunityMembers
 	return m, nil
 }
 
-// decodeHistory decodes a closed-episode record.
-func decodeHistory(key, value []byte) (userID uint64, e Episode, err error) {
-	userID, kind, leftAtNs, err := decodeUserKey(key)
-	if err != nil {
-		return 0, Episode{}, err
-	}
-	if kind != kindHistory {
-		return 0, Episode{}, corruptf(key, "not a history key")
-	}
-	e, err = decodeHistoryValue(key, leftAtNs, value)
-	return userID, e, err
-}
-
 // decodeHistoryValue decodes the value of the episode that began at leftAtNs,
 // whose key has already been checked; key is used only to name the record.
 func decodeHistoryValue(key []byte, leftAtNs uint64, value []byte) (Episode, error) {
@@ -380,19 +355,6 @@ func decodeHistoryValue(key []byte, leftAtNs uint64, value []byte) (Episode, err
 		return Episode{}, corruptf(key, "closed episode with rejoined_at OpenEnd (math.MaxUint64)")
 	}
 	return e, nil
-}
-
-// decodeLateLeave decodes a late-leave record.
-func decodeLateLeave(key, value []byte) (userID uint64, w LateLeave, err error) {
-	userID, kind, leftAtNs, err := decodeUserKey(key)
-	if err != nil {
-		return 0, LateLeave{}, err
-	}
-	if kind != kindLateLeave {
-		return 0, LateLeave{}, corruptf(key, "not a late-leave key")
-	}
-	w, err = decodeLateLeaveValue(key, leftAtNs, value)
-	return userID, w, err
 }
 
 // decodeLateLeaveValue decodes the value of the late-leave window of the
@@ -422,21 +384,6 @@ func validNote(userID uint64, note []byte) error {
 		return errInvalidf("note of user %d has %d bytes, want 1 to %d", userID, len(note), MaxNoteLen)
 	}
 	return nil
-}
-
-// decodeNote decodes a note record. The note is value itself, not a copy.
-func decodeNote(key, value []byte) (userID uint64, note []byte, err error) {
-	userID, kind, _, err := decodeUserKey(key)
-	if err != nil {
-		return 0, nil, err
-	}
-	if kind != kindNote {
-		return 0, nil, corruptf(key, "not a note key")
-	}
-	if err := checkNoteValue(key, value); err != nil {
-		return 0, nil, err
-	}
-	return userID, value, nil
 }
 
 // checkNoteValue checks the value of a note record, whose key has already

@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// TestRedeliveryChangesNothing is the property of issue 13, finding 4: a
+// TestRedeliveryChangesNothing is the property behind
+// TestRedeliveredLeaveAfterRejoin (integration), which broke it: a
 // command delivered again (a producer's retry, a re-published record) gives
 // the same state, byte for byte, whatever happened in between. Each round
 // applies a random sequence of commands to one store, and the same sequence

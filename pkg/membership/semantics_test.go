@@ -148,7 +148,8 @@ var semanticsCases = []struct {
 		want: []Member{member(1, Active, 0, Episode{100, 200}, Episode{300, 400})},
 	},
 	{
-		// Issue 13, finding 4: the re-delivered leave@150 re-opened a leave.
+		// Before, the re-delivered leave@150 re-opened a leave (integration's
+		// TestRedeliveredLeaveAfterRejoin).
 		name: "a clamped leave delivered again after a later rejoin is a duplicate",
 		steps: []step{
 			leave(1, 100, true), rejoin(1, 200, true), leave(1, 150, true), rejoin(1, 250, true),

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/integration/workload"
+	"github.com/cohortgate/cohortgate/internal/cmdline"
 )
 
 // runOptions are the flags of `bench run`.
@@ -20,7 +20,7 @@ type runOptions struct {
 	processor   string // binary
 	loadgen     string // binary
 	self        string // this binary, for `bench passthrough`
-	streamsDir  string // bench/target: the jar and lib/
+	streamsDir  string // integration/bench/streams/target: the jar and lib/
 	java        string
 	streamsHeap string
 	streamsThr  int
@@ -81,9 +81,9 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	var brokers, runs, phases, sizes string
 	fs.StringVar(&brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers of the Kafka broker every run uses")
 	fs.StringVar(&o.processor, "processor", "bin/processor", "the processor binary")
-	fs.StringVar(&o.loadgen, "loadgen", "bin/loadgen", "the load generator binary (cmd/loadgen)")
+	fs.StringVar(&o.loadgen, "loadgen", "bin/loadgen", "the load generator binary (integration/loadgen)")
 	fs.StringVar(&o.self, "self", "", "this binary, run as `bench passthrough`; empty: os.Executable")
-	fs.StringVar(&o.streamsDir, "streams-dir", "bench/target", "the Kafka Streams app's build output (the jar and lib/)")
+	fs.StringVar(&o.streamsDir, "streams-dir", "integration/bench/streams/target", "the Kafka Streams app's build output (the jar and lib/)")
 	fs.StringVar(&o.java, "java", "java", "the java command for the Kafka Streams app")
 	fs.StringVar(&o.streamsHeap, "streams-heap", "-Xmx1g", "JVM heap flags of the Kafka Streams app")
 	fs.IntVar(&o.streamsThr, "streams-threads", 1, "num.stream.threads of the Kafka Streams app")
@@ -113,7 +113,7 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	fs.IntVar(&o.latencyRounds, "latency-rounds", 3, "rounds of the latency phase, each with a processor and topics of its own; the leaves and their duration are shared out among them")
 	fs.DurationVar(&o.latencyFor, "latency-duration", 24*time.Second, "over how long the leaves are spread, all rounds together")
 	fs.Float64Var(&o.latencyRate, "latency-rate", 0, "signals/s flowing meanwhile; 0: half the measured exactly-once rate")
-	fs.DurationVar(&o.latencyGrace, "latency-grace", 0, "the processor's --grace in the latency phase; 0: no alignment hold, as issue 7 asks")
+	fs.DurationVar(&o.latencyGrace, "latency-grace", 0, "the processor's --grace in the latency phase; 0: no alignment hold, so the figure is the leave's way to the gate alone")
 
 	fs.StringVar(&sizes, "restore-sizes", "1000000,10000000", "members of the stores restored, comma-separated")
 	fs.IntVar(&o.rebuildCommands, "rebuild-commands", 200_000, "commands in the partition rebuilt from the commands topic alone")

@@ -17,8 +17,8 @@ import (
 
 // recreate: the commands topic deleted and created again while the
 // processors are stopped, then filled again past their checkpoints, and
-// the processors started again the way the README and the processor's
-// error tell an operator to (pkg/fanout, CommandsRecreatedError: "stop
+// the processors started again the way docs/operations.md and the
+// processor's error tell an operator to (pkg/fanout, CommandsRecreatedError: "stop
 // every processor and start each one with an empty data directory").
 //
 // The load runs with a and b (a kill -9 at a third of it) and is decided

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,9 +15,10 @@ import (
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
 	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
 )
 
-// TestSignals drives the verdict on a signal (judge, then the gate) through
+// TestSignals drives the verdict on a signal (decide, then the gate) through
 // testdata/signals: one case per rule S1 to S5 of the README and per bug
 // of the signals side. No broker: a partition's alignment is observations
 // and an applied offset, the gate is fed from a membership store on an
@@ -24,7 +26,7 @@ import (
 //
 // Times in the file are milliseconds since the Unix epoch. Commands:
 //
-//	rules [partitions=n] [grace=d] [skew=d] [cohort-limit=bytes]
+//	rules [partitions=n] [grace=d] [skew=d] [cohort-limit=bytes] [signals-limit=bytes]
 //	assign partition=p|all at=ms            a claim, assigned at ms
 //	observe partition=p|all sent=ms end=n   an observation of its commands
 //	applied partition=p|all next=n          its commands applied below n
@@ -76,6 +78,9 @@ func (st *signalsState) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		if v, ok := args["cohort-limit"]; ok {
 			st.rules.outs[0].limit = atoi(t, v)
+		}
+		if v, ok := args["signals-limit"]; ok {
+			st.rules.lim = limits{byTopic: map[string]int{"signals": atoi(t, v)}}
 		}
 		return ""
 	case "assign":
@@ -153,7 +158,7 @@ func (st *signalsState) claim(t *testing.T, p int32) *claim {
 	return c
 }
 
-// signal builds the record, judges it as a decision pass of its partition
+// signal builds the record, decides it as a decision pass of its partition
 // would, and asks the gate when the verdict says so.
 func (st *signalsState) signal(t *testing.T, args map[string]string) string {
 	kp := newKeyPartition()
@@ -181,7 +186,7 @@ func (st *signalsState) signal(t *testing.T, args map[string]string) string {
 	if refused {
 		rfl, st.refuse = *st.refuse, nil
 	}
-	v := st.rules.judge(kp, r, 0, rfl, refused, st.nowMs*int64(time.Millisecond), av)
+	v := st.rules.decide(kp, r, 0, rfl, refused, st.nowMs*int64(time.Millisecond), av)
 	var b strings.Builder
 	switch v.act {
 	case actHold:
@@ -234,4 +239,82 @@ func duration(t *testing.T, s string) time.Duration {
 		t.Fatalf("not a duration: %q", s)
 	}
 	return d
+}
+
+// TestCommandRules drives the verdict on a command's record through rules
+// C1 to C4, in their order: each case breaks one rule, and the first rule
+// broken decides.
+func TestCommandRules(t *testing.T) {
+	kp := newKeyPartition()
+	rules := commandRules{partitions: 6, skew: 5 * time.Second}
+	own := kp.of([]byte("42"), 6)
+	ts := time.UnixMilli(1_000)
+	rec := func(key string, partition int32, value string) *kgo.Record {
+		return &kgo.Record{Topic: "commands", Key: []byte(key), Partition: partition, Value: []byte(value), Timestamp: ts}
+	}
+	leave := `{"op":"leave","user_id":42}`
+	// The commands topic's limit fits a misrouted command with a request id
+	// of 10 bytes once re-published, not one of 120.
+	withID := func(n int) string {
+		return `{"op":"leave","user_id":42,"request_id":"` + strings.Repeat("r", n) + `"}`
+	}
+	tight := limits{byTopic: map[string]int{"commands": batchBytes(republishCommand(rec("42", (own+1)%6, withID(10)), own))}}
+	for _, tc := range []struct {
+		name string
+		r    *kgo.Record
+		lim  limits
+		want string
+	}{
+		{"C1 key", rec("042", own, leave), limits{}, "dead-letter key_leading_zero"},
+		{"C1 before C2", rec("x", (own+1)%6, leave), limits{}, "dead-letter key_not_decimal"},
+		{"C2 misrouted", rec("42", (own+1)%6, `{`), limits{}, fmt.Sprintf("republish %d", own)},
+		{"C2 misrouted, fits", rec("42", (own+1)%6, withID(10)), tight, fmt.Sprintf("republish %d", own)},
+		{"C2 misrouted, too large again", rec("42", (own+1)%6, withID(120)), tight, "dead-letter record_too_large"},
+		{"C3 value", rec("42", own, `{"op":"stay","user_id":42}`), limits{}, "dead-letter command_op"},
+		{"C3 user", rec("42", own, `{"op":"leave","user_id":43}`), limits{}, "dead-letter command_user_mismatch"},
+		{"C4 at_ns above 2^63-1", rec("42", own, `{"op":"leave","user_id":42,"at_ns":9223372036854775808}`), limits{}, "dead-letter command_at_out_of_range"},
+		{"C4 ahead of its record", rec("42", own, `{"op":"leave","user_id":42,"at_ns":6000000001}`), limits{}, "dead-letter command_future_skew"},
+		{"C4 within the skew", rec("42", own, `{"op":"leave","user_id":42,"at_ns":6000000000}`), limits{}, "apply leave at 6000000000"},
+		{"C4 the record's timestamp", rec("42", own, leave), limits{}, "apply leave at 1000000000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := rules.decide(kp, tc.r, tc.lim)
+			var got string
+			switch v.act {
+			case actDeadLetter:
+				got = fmt.Sprintf("dead-letter %s", v.reason)
+				if v.err == nil {
+					t.Error("a dead letter without its error for a person")
+				}
+			case actRepublish:
+				got = fmt.Sprintf("republish %d", v.want)
+			case actApply:
+				got = fmt.Sprintf("apply %s at %d", v.cmd.Op, v.atNs)
+			default:
+				got = v.act.String()
+			}
+			if got != tc.want {
+				t.Errorf("decide = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStoreRefusal maps the store's refusals (rule C7) to their reasons
+// and leaves its failures alone.
+func TestStoreRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want topics.Reason
+		ok   bool
+	}{
+		{fmt.Errorf("apply: %w", membership.ErrRejoinBeforeLeave), topics.ReasonRejoinBeforeLeave, true},
+		{fmt.Errorf("apply: %w", membership.ErrHistoryFull), topics.ReasonHistoryFull, true},
+		{fmt.Errorf("disk: %w", errors.New("EIO")), "", false},
+		{nil, "", false},
+	} {
+		if got, ok := storeRefusal(tc.err); got != tc.want || ok != tc.ok {
+			t.Errorf("storeRefusal(%v) = %q, %v; want %q, %v", tc.err, got, ok, tc.want, tc.ok)
+		}
+	}
 }

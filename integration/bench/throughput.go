@@ -308,7 +308,7 @@ func (h *harness) startProcessor(exactlyOnce bool, grace time.Duration) func(ins
 	}
 }
 
-// startStreams starts the Kafka Streams app of bench/: the plain KTable
+// startStreams starts the Kafka Streams app of integration/bench/streams: the plain KTable
 // join with grace 0, else the versioned KTable joined with that grace.
 func (h *harness) startStreams(grace time.Duration) func(instance, out string) (spawned, error) {
 	return func(instance, out string) (spawned, error) {

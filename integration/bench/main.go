@@ -15,7 +15,7 @@
 // # What a run measures
 //
 // One input topic pair (signals and commands, co-partitioned) is pre-loaded
-// with the seeded workload of cmd/loadgen. Each throughput run then
+// with the seeded workload of integration/loadgen. Each throughput run then
 // consumes the same signals from the start, with a fresh consumer group, a
 // fresh output topic and (for the processor) a fresh data directory, as a
 // child process of its own:
@@ -24,7 +24,7 @@
 //	passthrough-eos  the same in transactions (GroupTransactSession); the transactional limit
 //	processor-alo    bin/processor --exactly-once=false --grace 0
 //	processor-eos    bin/processor --grace 0 (exactly once, the default)
-//	streams          the Kafka Streams app of bench/ (exactly_once_v2), plain KTable join
+//	streams          the Kafka Streams app of integration/bench/streams (exactly_once_v2), plain KTable join
 //	streams-grace    the same app with a versioned KTable and Joined.withGracePeriod(--streams-grace)
 //
 // The runs are repeated in --rounds interleaved rounds (round 1 does each
@@ -65,7 +65,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
+	"github.com/cohortgate/cohortgate/internal/cmdline"
 )
 
 func main() { cmdline.Main("bench", 1, dispatch) }

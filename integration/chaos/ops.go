@@ -17,7 +17,9 @@ import (
 )
 
 // ops: what an operator, NTP or the cluster changes under running
-// processors, while the load is produced (README, "Clocks" and "Topics"):
+// processors, while the load is produced (README, "Clocks"; docs/operations.md,
+// "A topic's limit changed while running" and "Other topics deleted and
+// created again"):
 //
 //  1. every processor's wall clock jumps a minute ahead for half a second
 //     and is stepped back (observations must not be stamped in the future);

@@ -173,7 +173,7 @@ func (h *harness) starter(name string) func(instance, out string) (spawned, erro
 	}
 }
 
-// preload writes the workload l with cmd/loadgen, as its own process, to
+// preload writes the workload l with integration/loadgen, as its own process, to
 // the topics <prefix>signals and <prefix>commands, then an end-of-input
 // tick to every signals partition (see writeTicks), and records the end
 // offsets of the input topics.

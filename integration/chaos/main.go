@@ -101,8 +101,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
 	"github.com/cohortgate/cohortgate/integration/workload"
+	"github.com/cohortgate/cohortgate/internal/cmdline"
 )
 
 func main() { cmdline.Main("chaos", 2, run) }
@@ -174,7 +174,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.workDir, "work-dir", "", "where data dirs and logs go; empty: a new temporary directory")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
 	fs.IntVar(&o.routes, "routes", 1, "gated paths (--route IN=OUT) of the processors; every signal is written to each input, and the oracle judges each output")
-	fs.BoolVar(&o.inputsFirst, "grow-inputs-first", false, "repartition and its control grow every input before the commands topic, not after it (README, \"Growing the topics\")")
+	fs.BoolVar(&o.inputsFirst, "grow-inputs-first", false, "repartition and its control grow every input before the commands topic, not after it (docs/operations.md, \"Growing the topics\")")
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "the processors' --session-timeout (Kafka's minimum is 6s)")
 	fs.DurationVar(&o.grace, "grace", 200*time.Millisecond, "the processors' --grace")
 	fs.DurationVar(&o.maxFutureSkew, "max-future-skew", 5*time.Second, "the processors' --max-future-skew")

@@ -40,7 +40,7 @@ func TestKillScenarioEndToEnd(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "processor")
 	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancelBuild()
-	if out, err := exec.CommandContext(buildCtx, "go", "build", "-race", "-o", bin, "../processor").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(buildCtx, "go", "build", "-race", "-o", bin, "../../cmd/processor").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
@@ -127,7 +127,7 @@ func topicScenarioEndToEnd(t *testing.T, name string, logs ...string) {
 	bin := filepath.Join(t.TempDir(), "processor")
 	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancelBuild()
-	if out, err := exec.CommandContext(buildCtx, "go", "build", "-race", "-o", bin, "../processor").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(buildCtx, "go", "build", "-race", "-o", bin, "../../cmd/processor").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

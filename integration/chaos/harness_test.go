@@ -66,8 +66,9 @@ func TestVerdict(t *testing.T) {
 }
 
 // TestScenarios checks the table of scenarios: every control names the
-// damage it shows, and the two controls of issue 13 run the processors
-// with their unsafe flag and a mix that provokes the damage.
+// damage it shows, and the two controls of the hostile mix (control-lso,
+// control-no-window-recovery) run the processors with their unsafe flag
+// and only the scenes that provoke the damage.
 func TestScenarios(t *testing.T) {
 	o := &options{hostile: workload.Hostile{Scenes: 16, Grace: 200 * time.Millisecond}}
 	for _, sc := range allScenarios() {
@@ -252,7 +253,7 @@ func TestInstanceArgs(t *testing.T) {
 }
 
 // TestJudgedOffset: the harness reads the judged offset out of the offset
-// metadata in each form the README gives it.
+// metadata in each form docs/operations.md ("Handover") gives it.
 func TestJudgedOffset(t *testing.T) {
 	for _, tc := range []struct {
 		meta string

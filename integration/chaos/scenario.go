@@ -760,7 +760,7 @@ func (r *scenarioRun) waitDecided(ctx context.Context) error {
 // commandsJudged returns the commands partitions not judged to their end
 // yet: the offset metadata the group commits with the inputs says how far
 // each partition's commands were judged, their records (changelog, dead
-// letters) committed in the same transaction (README, "Handover"), as
+// letters) committed in the same transaction (docs/operations.md, "Handover"), as
 // "<event ns>:<judged offset>[:<changelog topic id>]". A partition judged
 // up to a tail of transaction markers (see onlyMarkers) is judged; one no
 // input has metadata for is left alone (no signal of it was committed, so

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cohortgate/cohortgate/cmd/internal/cmdline"
+	"github.com/cohortgate/cohortgate/internal/cmdline"
 	"github.com/cohortgate/cohortgate/pkg/fanout"
 	"github.com/cohortgate/cohortgate/pkg/gate"
 	"github.com/cohortgate/cohortgate/pkg/membership"

@@ -159,7 +159,7 @@ func (s sample) csvRow() []string {
 	return append(row, num(s.signalsIn))
 }
 
-// readCSV reads what writeCSV wrote, to draw or judge a kept run again.
+// readCSV reads what a sampleWriter wrote, to draw or judge a kept run again.
 func readCSV(r io.Reader) ([]sample, error) {
 	rows, err := csv.NewReader(r).ReadAll()
 	if err != nil {

@@ -127,8 +127,8 @@ func appendReport(path, report, row string) error {
 
 const preamble = `# Benchmarks
 
-Results of ` + "`make bench`" + ` (cmd/bench), appended one section per run; old
-sections stay. How each figure is measured is in cmd/bench/main.go and below
+Results of ` + "`make bench`" + ` (integration/bench), appended one section per run; old
+sections stay. How each figure is measured is in integration/bench/main.go and below
 each table; the targets of issue 7 are measured here, never asserted.
 `
 
