@@ -23,7 +23,8 @@ import (
 // refused rejoin after the leave moved back). Both stores must hold the
 // same bytes: states, histories, windows, identities and checkpoints, and
 // notes that name the same commands (their receipts say when each run
-// applied them, which differs).
+// applied them, which differs). The restores report how far their reads
+// are (RestoreProgress).
 func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
 	const parts = 2
 	e := newEnv(t, parts)
@@ -67,6 +68,7 @@ func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
 		}
 	}
 
+	var progress []fanout.RestoreProgressInfo
 	take := func(replay bool) (map[uint64][]byte, []fanout.HandoverInfo) {
 		cfg := e.config()
 		cfg.HandoverReplay = replay
@@ -76,6 +78,11 @@ func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			hs = append(hs, i)
+		}
+		cfg.EventListener.RestoreProgress = func(i fanout.RestoreProgressInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			progress = append(progress, i)
 		}
 		dir := t.TempDir()
 		p := e.start(dir, cfg)
@@ -112,6 +119,20 @@ func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
 	}
 	if len(hs) != parts {
 		t.Fatalf("restore: %d handovers, want %d", len(hs), parts)
+	}
+	// Each restore said how far its reads were, at their end at least:
+	// every offset of the changelog partition read, bytes fetched of the
+	// partition's size on the broker (DescribeLogDirs).
+	read := make(map[int32]fanout.RestoreProgressInfo)
+	for _, p := range progress {
+		if p.Phase == "reading the changelog" && p.Records == p.RecordsTotal {
+			read[p.Partition] = p
+		}
+	}
+	for p := range int32(parts) {
+		if r, ok := read[p]; !ok || r.Records == 0 || r.Bytes <= 0 || r.BytesTotal <= 0 {
+			t.Errorf("partition %d: progress at the end of the changelog read %+v (of %+v); want records, bytes and the size", p, r, progress)
+		}
 	}
 	replayed, hs := take(true)
 	if len(hs) != parts || hs[0].Source != "replay" {

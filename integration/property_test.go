@@ -32,7 +32,8 @@ import (
 // shortcuts: a second instance joining with an empty data dir and leaving
 // again (handover), restarts on the same data dir from the gate snapshot
 // and by the store scan, new owners with an empty data dir (restore from
-// the changelog), the commands, every input and the changelog grown
+// the changelog, the partitions side by side), some stopped in the middle
+// of their restores and started again on that data dir, the commands, every input and the changelog grown
 // together, the changelog grown alone, and a transaction held open on a
 // changelog partition by another writer until an owner waits for it.
 //
@@ -462,7 +463,7 @@ func (h *history) shortcut() {
 		h.settle()
 		return
 	}
-	switch h.rng.IntN(7) {
+	switch h.rng.IntN(8) {
 	case 0:
 		h.b = h.startInstance(h.t.TempDir())
 		h.logf("handover: %s joins with an empty data dir", h.b.name)
@@ -520,7 +521,46 @@ func (h *history) shortcut() {
 			return
 		}
 		h.openTxn()
+	case 7:
+		h.interruptedRestore()
 	}
+}
+
+// interruptedRestore replaces the owner with one on an empty data dir,
+// which restores its partitions from the changelog side by side, stops it
+// in the middle of its takeover (while a restore says it runs, when the
+// poll catches one), and starts it again on the same data dir: what a
+// crash during a restore leaves (nothing of the partitions whose
+// restores it cut short) must restore again to the replay's state.
+func (h *history) interruptedRestore() {
+	h.t.Helper()
+	old := h.a.name
+	h.stopInstance(h.a)
+	dir := h.t.TempDir()
+	h.a = h.startInstance(dir)
+	where := "before any restore said it ran"
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		restoring := 0
+		for _, st := range h.a.pr.Partitions() {
+			if st.Restore != nil {
+				restoring++
+			}
+		}
+		if restoring > 0 {
+			where = fmt.Sprintf("while %d restore(s) ran", restoring)
+			break
+		}
+		if ok, _ := h.a.pr.Ready(); ok {
+			where = "after its restores (it was ready)"
+			break
+		}
+		time.Sleep(time.Millisecond) // polling for a moment to interrupt, with a deadline
+	}
+	h.stopInstance(h.a)
+	h.logf("new owner %s with an empty data dir replaces %s, stopped %s; started again on its data dir", h.a.name, old, where)
+	h.a = h.startInstance(dir)
+	h.settle()
 }
 
 // grown waits until every running instance saw the topics grow and took

@@ -61,7 +61,7 @@ func newOpsHandler(reg prometheus.Gatherer, v view, withPprof bool) http.Handler
 // behind auth:
 //
 //	GET /v1/members/{user_id}    the user's record, as the changelog carries it; only from the owner of the user's partition (else 421, or 503 while it catches up)
-//	GET /v1/partitions           owned partitions: restoring or forwarding, how long an open transaction holds its commands, and each input's next offset
+//	GET /v1/partitions           owned partitions: restoring or forwarding, how far a restore from the changelog is, how long an open transaction holds its commands, and each input's next offset
 func newAPIHandler(v view, auth *bearer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/members/{user_id}", func(w http.ResponseWriter, r *http.Request) {
@@ -99,6 +99,11 @@ func newAPIHandler(v view, auth *bearer) http.Handler {
 			if st.CaughtUp {
 				pj.State = "forwarding"
 			}
+			if r := st.Restore; r != nil {
+				pj.Restore = &restoreJSON{Phase: r.Phase, Records: r.Records, RecordsTotal: r.RecordsTotal,
+					Bytes: r.Bytes, BytesTotal: r.BytesTotal, ElapsedSeconds: r.Elapsed.Seconds(),
+					RecordsPerSecond: r.RecordsPerSecond, BytesPerSecond: r.BytesPerSecond}
+			}
 			out[strconv.Itoa(int(st.Partition))] = pj
 		}
 		writeJSON(w, out)
@@ -123,6 +128,28 @@ type partitionJSON struct {
 	// Stalled says how the partition makes no progress, while a stall
 	// that concerns it lasts (then /readyz says 503); absent otherwise.
 	Stalled string `json:"stalled,omitempty"`
+	// Restore says how far the partition's restore from the changelog
+	// is, while one runs (this instance took the partition over with no
+	// state for it); absent otherwise.
+	Restore *restoreJSON `json:"restore,omitempty"`
+}
+
+// restoreJSON is a restore's progress in /v1/partitions
+// (fanout.RestoreProgressInfo).
+type restoreJSON struct {
+	Phase string `json:"phase"`
+	// Records and RecordsTotal are offsets read of those the phase reads.
+	Records      int64 `json:"records"`
+	RecordsTotal int64 `json:"records_total"`
+	// Bytes are the batches fetched as the log holds them, of BytesTotal
+	// (the partitions' size; -1 when the brokers do not say).
+	Bytes      int64 `json:"bytes"`
+	BytesTotal int64 `json:"bytes_total"`
+	// ElapsedSeconds is since the restore started; the rates are over
+	// the phase so far.
+	ElapsedSeconds   float64 `json:"elapsed_seconds"`
+	RecordsPerSecond float64 `json:"records_per_second"`
+	BytesPerSecond   float64 `json:"bytes_per_second"`
 }
 
 // inputJSON is one input's partition in /v1/partitions.

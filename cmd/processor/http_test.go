@@ -29,11 +29,15 @@ func (stubView) Member(userID uint64) (topics.MemberRecord, error) {
 func (v stubView) Partitions() []fanout.PartitionStatus { return v.parts }
 
 // TestPartitionsJSON: /v1/partitions shows each owned partition with every
-// route's input, as docs/operations.md documents it.
+// route's input, and a restore's progress while one runs, as
+// docs/operations.md documents it.
 func TestPartitionsJSON(t *testing.T) {
 	v := stubView{parts: []fanout.PartitionStatus{
 		{Partition: 3, CaughtUp: true, Inputs: []fanout.InputStatus{{Topic: "engagement.signals", Next: 5120}, {Topic: "attribution.events", Next: -1}}},
 		{Partition: 4, OpenTransaction: 1500 * time.Millisecond, Inputs: []fanout.InputStatus{{Topic: "engagement.signals", Next: 7}, {Topic: "attribution.events", Next: 9}}},
+		{Partition: 5, Inputs: []fanout.InputStatus{{Topic: "engagement.signals", Next: -1}, {Topic: "attribution.events", Next: -1}},
+			Restore: &fanout.RestoreProgressInfo{Partition: 5, Phase: "reading the changelog", Records: 250_000, RecordsTotal: 1_000_000,
+				Bytes: 25 << 20, BytesTotal: 100 << 20, Elapsed: 2500 * time.Millisecond, RecordsPerSecond: 100_000, BytesPerSecond: 10 << 20}},
 	}}
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, "/v1/partitions", nil)
@@ -48,7 +52,12 @@ func TestPartitionsJSON(t *testing.T) {
 		"3": {"state": "forwarding", "open_transaction_seconds": 0,
 		      "inputs": {"engagement.signals": {"next_offset": 5120}, "attribution.events": {"next_offset": -1}}},
 		"4": {"state": "restoring", "open_transaction_seconds": 1.5,
-		      "inputs": {"engagement.signals": {"next_offset": 7}, "attribution.events": {"next_offset": 9}}}}`), &want)
+		      "inputs": {"engagement.signals": {"next_offset": 7}, "attribution.events": {"next_offset": 9}}},
+		"5": {"state": "restoring", "open_transaction_seconds": 0,
+		      "inputs": {"engagement.signals": {"next_offset": -1}, "attribution.events": {"next_offset": -1}},
+		      "restore": {"phase": "reading the changelog", "records": 250000, "records_total": 1000000,
+		                  "bytes": 26214400, "bytes_total": 104857600, "elapsed_seconds": 2.5,
+		                  "records_per_second": 100000, "bytes_per_second": 10485760}}}`), &want)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("GET /v1/partitions = %s\nwant %v", rec.Body, want)
 	}

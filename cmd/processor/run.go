@@ -61,6 +61,8 @@ type runOptions struct {
 	unsafeNoTopo   bool
 	unsafeClock    string
 	handoverReplay bool
+	restorePar     int
+	restoreMemory  int64
 	logLevel       string
 	logFormat      string
 	pprof          bool
@@ -189,6 +191,8 @@ func defineRun(f *flags, o *runOptions, embedded bool) {
 	f.BoolVar(&o.unsafeNoIDs, "unsafe-restore-without-identities", false, "UNSAFE, for chaos control runs only: restore an empty owner's users from the changelog without their command identities, so that a command delivered again is applied as new")
 	f.BoolVar(&o.unsafeNoTopo, "unsafe-ignore-topology", false, "UNSAFE, for chaos control runs only: go on under the partition counts found at start when the topics grow, so commands in new partitions are read by nobody")
 	f.StringVar(&o.unsafeClock, "unsafe-clock-offset-file", "", "UNSAFE, for chaos runs only: the wall clock this processor reads is the system's plus the duration in this file (60s, -3s; re-read every 20ms), so that a run can step it")
+	f.IntVar(&o.restorePar, "restore-parallel", 0, "partitions restored from the changelog side by side on an owner with no state for them; 0: as many as the Go runtime's GOMAXPROCS")
+	f.Int64Var(&o.restoreMemory, "restore-memory", fanout.DefaultRestoreMemory, "bytes the restores side by side may hold of the changelog's restore headers (estimated before each; one alone always runs)")
 	f.BoolVar(&o.handoverReplay, "handover-replay", false, "on a partition this instance has no state for, replay its commands from offset 0 instead of restoring its users from the changelog (slower; for comparisons)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -276,6 +280,12 @@ func (o *runOptions) validate() error {
 	}
 	if o.sessionTimeout < time.Second {
 		bad("--session-timeout: %v must be at least 1s (brokers allow 6s to 30m by default)", o.sessionTimeout)
+	}
+	if o.restorePar < 0 {
+		bad("--restore-parallel: %d must not be negative", o.restorePar)
+	}
+	if o.restoreMemory < 1<<20 {
+		bad("--restore-memory: %d must be at least 1 MiB", o.restoreMemory)
 	}
 	if o.holdMaxBytes < 1<<10 {
 		bad("--hold-max-bytes: %d must be at least 1024", o.holdMaxBytes)
@@ -417,6 +427,8 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		UnsafeRestoreWithoutIdentities: o.unsafeNoIDs,
 		UnsafeIgnoreTopology:           o.unsafeNoTopo,
 		HandoverReplay:                 o.handoverReplay,
+		RestoreParallel:                o.restorePar,
+		RestoreMemory:                  o.restoreMemory,
 		Now:                            wall,
 		// Written at a clean stop, so that the next start loads the gate
 		// instead of scanning the store, which takes minutes at 100M members.

@@ -98,6 +98,9 @@ type claim struct {
 
 	// Owned by the commands side (recover.go).
 	recovery recovery
+	// progress is how far the claim's restore from the changelog is
+	// (handover.go); anyone may read it.
+	progress restoreProgress
 	// reflected is, after a restore from the changelog, the commands
 	// offset each user's restored record reflects, for the users whose
 	// record reflects commands at or above judgedBelow: those commands

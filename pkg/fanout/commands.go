@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -205,6 +206,10 @@ func (a *applier) poll(ctx context.Context) kgo.Fetches {
 // has users to restore, or commands of its users in other partitions to
 // re-publish.
 func (a *applier) prepareIdle(ctx context.Context) error {
+	var (
+		cs   []*claim
+		ends []int64
+	)
 	for _, c := range a.claims.all() {
 		if c.prepared.Load() || a.listEnd == nil {
 			continue
@@ -220,29 +225,74 @@ func (a *applier) prepareIdle(ctx context.Context) error {
 			a.cfg.Logger.Warn("unable to list a commands partition's end; it waits", "partition", c.partition, "err", err)
 			continue // the next poll wakes on a fetch, or tries again
 		}
-		if err := a.prepare(ctx, c, end); err != nil {
+		cs, ends = append(cs, c), append(ends, end)
+	}
+	return a.prepareAll(ctx, cs, ends)
+}
+
+// prepareAll prepares the claims cs, whose commands partitions end at
+// ends as last seen: it restores those of them that wait for a restore
+// from the changelog side by side (handoverAll), then prepares each.
+func (a *applier) prepareAll(ctx context.Context, cs []*claim, ends []int64) error {
+	var (
+		restoring []*claim
+		at        []int64
+	)
+	for i, c := range cs {
+		if c.restore && !c.recovery.handedOver && a.handover != nil {
+			restoring, at = append(restoring, c), append(at, ends[i])
+		}
+	}
+	if err := a.handoverAll(ctx, restoring, at); err != nil {
+		return err
+	}
+	for _, c := range cs {
+		if err := a.prepare(ctx, c); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// prepare does, once per claim, what it needs before its commands are
-// applied: restores its users from the changelog when its store holds
-// none of them (handover.go), or else recovers the late-leave windows
-// earlier owners wrote (recover.go); then re-publishes its users'
-// commands that other partitions still hold under an older partition
-// count (migrate.go). end is the commands partition's end as last seen.
-// Until it is done, the partition does not catch up.
-func (a *applier) prepare(ctx context.Context, c *claim, end int64) error {
-	restored := false
-	if c.restore && !c.recovery.handedOver && a.handover != nil {
-		c.recovery.handedOver = true
-		var err error
-		if restored, err = a.handover.handover(ctx, c, end); err != nil {
-			return err
-		}
+// handoverAll restores the claims cs from the changelog, or leaves each
+// to replay its commands (handover.go), at most Config.RestoreParallel
+// at once, each on a goroutine of its own that handoverAll joins: until
+// it returns, the applier applies nothing. ends are the claims' commands
+// ends. It returns the first store failure.
+func (a *applier) handoverAll(ctx context.Context, cs []*claim, ends []int64) error {
+	if len(cs) == 0 {
+		return nil
 	}
+	slots := make(chan struct{}, max(1, a.cfg.RestoreParallel))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		c.recovery.handedOver = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-slots }()
+			c.recovery.restored, errs[i] = a.handover.handover(ctx, c, ends[i])
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// prepare does, once per claim, what it needs before its commands are
+// applied, after prepareAll tried to restore its users from the changelog
+// when its store holds none of them (handover.go): recovers the late-leave
+// windows earlier owners wrote (recover.go), unless a restore did; then
+// re-publishes its users' commands that other partitions still hold under
+// an older partition count (migrate.go). Until it is done, the partition
+// does not catch up.
+func (a *applier) prepare(ctx context.Context, c *claim) error {
+	restored := c.recovery.restored
 	if !c.recovery.done {
 		if err := a.recover.recover(ctx, c.partition, &c.recovery, c.readSingle, c.note); err != nil {
 			return err
@@ -284,13 +334,25 @@ func (a *applier) fetchErrors(fetches kgo.Fetches) error {
 
 // applyFetched applies the records of fetched commands partitions.
 func (a *applier) applyFetched(ctx context.Context, fetched []kgo.FetchTopicPartition) error {
+	var (
+		cs   []*claim
+		ends []int64
+	)
 	for _, fp := range fetched {
 		c := a.claims.get(fp.Partition)
 		if c != nil && (!c.prepared.Load() || !c.recovery.done) {
-			if err := a.prepare(ctx, c, fp.HighWatermark); err != nil {
-				return err
-			}
+			cs, ends = append(cs, c), append(ends, fp.HighWatermark)
 		}
+	}
+	if err := a.prepareAll(ctx, cs, ends); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		// The run ends, perhaps in the middle of a restore: nothing is
+		// applied, not even a checkpoint at 0 for a claim whose restore
+		// was cut short, which would make the store seem to hold its
+		// partition and the next start replay it instead of restoring.
+		return nil
 	}
 	a.steps.lap(stepRecover)
 	b := a.store.NewBatch()

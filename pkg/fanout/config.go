@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"time"
 
@@ -147,6 +148,18 @@ type Config struct {
 	// changelog records (handover.go). For comparisons and benchmarks.
 	HandoverReplay bool
 
+	// RestoreParallel is how many partitions restore from the changelog
+	// side by side on a new owner (handover.go): each reads with a
+	// client of its own and decodes on two goroutines. Default
+	// runtime.GOMAXPROCS(0), at most the partition count.
+	RestoreParallel int
+	// RestoreMemory bounds, in bytes, what the restores running side by
+	// side hold of the changelog's restore headers at once, estimated
+	// before each reads from its records to read (restoreBytesPerRecord
+	// each). A restore that would pass it waits for others to finish;
+	// one alone always runs. Default DefaultRestoreMemory.
+	RestoreMemory int64
+
 	// GateSnapshot is the path of the gate snapshot: written when Run ends
 	// cleanly, loaded at start instead of scanning the store when it still
 	// reflects the store's commands checkpoints (see snapshot.go). Its
@@ -185,6 +198,7 @@ const (
 	DefaultAlignInterval    = 10 * time.Millisecond
 	DefaultCommitInterval   = 100 * time.Millisecond
 	DefaultHoldMaxBytes     = 16 << 20
+	DefaultRestoreMemory    = 3 << 30
 	DefaultMaxPollRecords   = 10000
 	DefaultTopologyInterval = 2 * time.Second
 	DefaultStallTimeout     = 20 * time.Second
@@ -233,6 +247,12 @@ func (c *Config) EnsureDefaults() *Config {
 	}
 	if c.HoldMaxBytes == 0 {
 		c.HoldMaxBytes = DefaultHoldMaxBytes
+	}
+	if c.RestoreParallel == 0 {
+		c.RestoreParallel = runtime.GOMAXPROCS(0)
+	}
+	if c.RestoreMemory == 0 {
+		c.RestoreMemory = DefaultRestoreMemory
 	}
 	if c.MaxPollRecords == 0 {
 		c.MaxPollRecords = DefaultMaxPollRecords
@@ -290,6 +310,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxFutureSkew < 0 {
 		bad("MaxFutureSkew: %v must not be negative", c.MaxFutureSkew)
+	}
+	if c.RestoreParallel < 1 {
+		bad("RestoreParallel: %d must be at least 1", c.RestoreParallel)
+	}
+	if c.RestoreMemory < 1 {
+		bad("RestoreMemory: %d bytes must be at least 1", c.RestoreMemory)
 	}
 	if c.AlignInterval < time.Millisecond {
 		bad("AlignInterval: %v must be at least 1ms", c.AlignInterval)

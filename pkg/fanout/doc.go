@@ -20,8 +20,10 @@
 // metadata committed with the signals says that commands below it have no
 // changelog record yet (see Delivery). A store that holds nothing of p (a new
 // instance, a wiped disk) is first given p's users from their changelog
-// records, and the commands are consumed from the offset the previous
-// owners judged through (handover.go); when the changelog cannot be
+// records (the partitions that wait for it side by side, as many as
+// Config.RestoreParallel, each saying how far it is in PartitionStatus),
+// and the commands are consumed from the offset the previous owners
+// judged through (handover.go); when the changelog cannot be
 // trusted to hold every user's latest record, from offset 0. Either way
 // no signal of p is decided before p's state is. On revocation it stops
 // touching p.
@@ -109,7 +111,11 @@
 //     applies each fetch of commands in one store batch with the
 //     partitions' checkpoints and the outbox entries (changelog records,
 //     DLQ records of bad commands) that the signals loop will produce. It
-//     owns the syncer, which publishes each batch once the store synced it;
+//     owns the syncer, which publishes each batch once the store synced it.
+//     It restores the partitions that wait for a restore from the
+//     changelog on goroutines of its own, one per partition (at most
+//     Config.RestoreParallel running), and joins them before it applies
+//     anything else;
 //   - the gate's restore from the store at start (restore.go), which the
 //     applier and the aligner wait for;
 //   - the aligner observes the commands topic's end offsets (high

@@ -54,6 +54,10 @@ type EventListener struct {
 	// users from their changelog records, or replays its commands from
 	// offset 0 (and says why).
 	Handover func(HandoverInfo)
+	// RestoreProgress: how far a restore from the changelog is, every
+	// five seconds while it reads (the changelog, then the commands for
+	// the users who left), and at the end of each read.
+	RestoreProgress func(RestoreProgressInfo)
 	// Migrated: a partition's new owner re-published to it the commands
 	// of its users that other partitions held under an older partition
 	// count (migrate.go); its signals decide only after them.
@@ -215,6 +219,38 @@ func (i HandoverInfo) String() string {
 	}
 	return fmt.Sprintf("partition %d: %d users restored from %d changelog records in %v (read %v), commands from offset %d",
 		i.Partition, i.Users, i.Records, i.Took, i.Read, i.From)
+}
+
+// RestoreProgressInfo is how far a partition's restore from the
+// changelog is (handover.go). Records are offsets: of the changelog
+// partitions read, from their start to the end the read goes to (the
+// commands partition's, below the judged offset, while the users who
+// left are checked), control records and other partitions' users'
+// records included. Bytes are the record batches fetched as the log holds
+// them (compressed), of the partitions' size on the brokers.
+type RestoreProgressInfo struct {
+	Partition int32
+	// Phase is what the restore does: reading the changelog, reading the
+	// commands for the users who left, waiting for memory, writing the
+	// users' records, ingesting and setting the gate.
+	Phase                 string
+	Records, RecordsTotal int64
+	// BytesTotal is -1 when the brokers do not say (DescribeLogDirs
+	// refused) or the phase reads no records.
+	Bytes, BytesTotal int64
+	// Elapsed is the time since the restore started; the rates are over
+	// the phase so far, per second.
+	Elapsed                          time.Duration
+	RecordsPerSecond, BytesPerSecond float64
+}
+
+func (i RestoreProgressInfo) String() string {
+	total := "?"
+	if i.BytesTotal >= 0 {
+		total = fmt.Sprint(i.BytesTotal)
+	}
+	return fmt.Sprintf("partition %d: %s, %d of %d records, %d of %s bytes, %.0f records/s, after %v",
+		i.Partition, i.Phase, i.Records, i.RecordsTotal, i.Bytes, total, i.RecordsPerSecond, i.Elapsed.Round(time.Millisecond))
 }
 
 // Event sources: which input a record came from.
@@ -496,6 +532,9 @@ func (l *EventListener) EnsureDefaults() *EventListener {
 	if l.Handover == nil {
 		l.Handover = func(HandoverInfo) {}
 	}
+	if l.RestoreProgress == nil {
+		l.RestoreProgress = func(RestoreProgressInfo) {}
+	}
 	if l.Migrated == nil {
 		l.Migrated = func(MigratedInfo) {}
 	}
@@ -544,6 +583,7 @@ func TeeEventListener(a, b EventListener) EventListener {
 		LateLeave:          func(i LateLeaveInfo) { a.LateLeave(i); b.LateLeave(i) },
 		WindowsRecovered:   func(i WindowsRecoveredInfo) { a.WindowsRecovered(i); b.WindowsRecovered(i) },
 		Handover:           func(i HandoverInfo) { a.Handover(i); b.Handover(i) },
+		RestoreProgress:    func(i RestoreProgressInfo) { a.RestoreProgress(i); b.RestoreProgress(i) },
 		Migrated:           func(i MigratedInfo) { a.Migrated(i); b.Migrated(i) },
 		MigrationWait:      func(i MigrationWaitInfo) { a.MigrationWait(i); b.MigrationWait(i) },
 		TopologyChanged:    func(i TopologyChangedInfo) { a.TopologyChanged(i); b.TopologyChanged(i) },
@@ -631,6 +671,12 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 				"commands_from", i.From, "read", i.Read.Round(time.Millisecond).String(),
 				"leavers_checked", i.Checked.Round(time.Millisecond).String(), "written", i.Written.Round(time.Millisecond).String(), "ingested", i.Ingested.Round(time.Millisecond).String(),
 				"gated", i.Gated.Round(time.Millisecond).String(), "took", i.Took.Round(time.Millisecond).String())
+		},
+		RestoreProgress: func(i RestoreProgressInfo) {
+			l.Info("restore from the changelog in progress", "partition", i.Partition,
+				"phase", i.Phase, "records", i.Records, "records_total", i.RecordsTotal, "bytes", i.Bytes,
+				"bytes_total", i.BytesTotal, "records_per_s", int64(i.RecordsPerSecond), "bytes_per_s", int64(i.BytesPerSecond),
+				"elapsed", i.Elapsed.Round(time.Millisecond).String())
 		},
 		Migrated: func(i MigratedInfo) {
 			l.Info("partition's users' commands re-published from the partitions that held them under the old count",

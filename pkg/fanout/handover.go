@@ -71,8 +71,18 @@ import (
 // Until the restore is done the partition's applied offset stays at 0, so
 // its signals wait (fail closed); the state is imported, with the
 // commands checkpoint at J, all or nothing (table files ingested
-// together, membership.Import), before the gate learns it. The applier, which does
-// it, applies no other partition's commands meanwhile.
+// together, membership.Import), before the gate learns it. A restore cut
+// short (the run ends, a crash) imports nothing: the next owner, or this
+// one on the same data dir, finds no state of the partition and restores
+// it again. The applier runs the restores of the claims that wait for
+// one side by side, at most Config.RestoreParallel at once (each reads
+// with a reader client of its own and writes on restoreWorkers
+// goroutines), and their headers bounded by Config.RestoreMemory (a
+// restore waits for memory before it reads, not within its read's
+// bound); it
+// applies no partition's commands meanwhile. Different partitions have
+// different users, so their imports never overlap; each restore's import
+// commit, gate and windows are done one restore at a time (finish).
 
 // restoreWorkers is how many goroutines decode and write a restore's
 // users, each a range of them: the two cores a processor is sized for.
@@ -183,7 +193,7 @@ func (a *restorer) checkLeavers(ctx context.Context, c *claim, refs []headerRef)
 	rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
 	defer cancel()
 	users, err := sc.leavers(rctx, leaversRequest{topic: string(a.cfg.Topics.Commands), part: c.partition,
-		parts: a.layoutParts, below: c.judgedBelow, skew: a.cfg.MaxFutureSkew})
+		parts: a.layoutParts, below: c.judgedBelow, skew: a.cfg.MaxFutureSkew, progress: &c.progress})
 	if err != nil {
 		return fmt.Errorf("unable to list the users who left below the judged offset %d: %w", c.judgedBelow, err), nil
 	}
@@ -218,6 +228,13 @@ type restorer struct {
 	ev                          EventListener
 	// seek moves the commands consumer of part to offset; nil in tests.
 	seek func(part int32, offset int64)
+	// finish is held by a restore from its import's commit to its
+	// windows' recovery: the store's batches and ingests of restores
+	// side by side go one at a time.
+	finish sync.Mutex
+	// budget bounds the headers the restores side by side hold
+	// (Config.RestoreMemory); nil: no bound (tests).
+	budget *memBudget
 }
 
 // handover restores claim c from the changelog if it can, and otherwise
@@ -227,7 +244,10 @@ type restorer struct {
 func (a *restorer) handover(ctx context.Context, c *claim, end int64) (restored bool, err error) {
 	start := time.Now()
 	info := HandoverInfo{Partition: c.partition, Source: "changelog", From: c.judgedBelow}
+	c.progress.report = a.ev.RestoreProgress
+	c.progress.begin(c.partition)
 	why, err := a.restore(ctx, c, end, &info)
+	c.progress.end()
 	if err != nil {
 		return false, err
 	}
@@ -259,14 +279,25 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		return errors.New("the offset metadata does not name the changelog that holds the records of every " +
 			"command judged (written by an older version, or the changelog was created again since)"), nil
 	}
+	// The headers a read keeps are bounded across restores side by side:
+	// about one changelog record per command judged.
+	release, err := a.budget.acquire(ctx, c.judgedBelow*restoreBytesPerRecord, func(held int64) {
+		c.progress.setPhase(fmt.Sprintf("waiting for memory: restores side by side hold about %d MiB of "+
+			"their headers, the bound is %d MiB", held>>20, a.budget.capacity>>20))
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for memory to read the changelog: %w", err), nil
+	}
+	defer release() // after view.done below: the headers are dropped first
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
-	view, err := a.rec.src.read(rctx, readRequest{part: c.partition, latest: true, single: c.readSingle, note: c.note})
+	view, err := a.rec.src.read(rctx, readRequest{part: c.partition, latest: true, single: c.readSingle, note: c.note,
+		progress: &c.progress})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("unable to read the changelog: %w", err), nil
 	}
-	defer view.restore.wait() // on every return: no sort outlives the restore
+	defer view.done() // on every return: no sort outlives the restore, and its memory is given back
 	info.Read = time.Since(start)
 	if view.lossy != nil {
 		return view.lossy, nil
@@ -289,6 +320,7 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 	// after the read: each of restoreWorkers goroutines does it for a
 	// range of users, into a part of the import of its own, joined
 	// before the import commits.
+	c.progress.setPhase(phaseWrite)
 	im := a.store.NewImport()
 	defer im.Close()
 	parts := make([]restorePart, max(1, min(restoreWorkers, len(refs)/restoreChunk)))
@@ -312,6 +344,9 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		}
 	}
 	info.Written = time.Since(start) - info.Read - info.Checked
+	c.progress.setPhase(phaseGate)
+	a.finish.Lock()
+	defer a.finish.Unlock()
 	if err := im.SetCheckpoint(string(a.cfg.Topics.Commands), c.partition, c.judgedBelow); err != nil {
 		return nil, err
 	}

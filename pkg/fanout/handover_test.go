@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,6 +56,7 @@ func (f *fakeChangelog) read(_ context.Context, q readRequest) (changelogView, e
 type handoverRun struct {
 	a         *applier
 	store     *membership.Store
+	mu        sync.Mutex // restores side by side report at once
 	handovers []HandoverInfo
 }
 
@@ -61,11 +64,25 @@ const handoverSeenNs = 900_450_000_000 // decided by earlier owners: leaves befo
 
 func newHandoverRun(t *testing.T, src windowSource, mod func(*Config)) *handoverRun {
 	t.Helper()
+	return newHandoverRunOf(t, src, 1, mod)
+}
+
+// newHandoverRunOf is newHandoverRun for an owner of partitions of parts
+// (the commands' count) in one store.
+func newHandoverRunOf(t *testing.T, src windowSource, parts int32, mod func(*Config)) *handoverRun {
+	t.Helper()
 	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	return newHandoverRunOn(t, store, src, parts, mod)
+}
+
+// newHandoverRunOn is newHandoverRunOf on store: an owner started again
+// on the same data dir.
+func newHandoverRunOn(t *testing.T, store *membership.Store, src windowSource, parts int32, mod func(*Config)) *handoverRun {
+	t.Helper()
 	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler),
 		Now: func() time.Time { return time.UnixMilli(1_000_000) }}
 	if mod != nil {
@@ -73,20 +90,27 @@ func newHandoverRun(t *testing.T, src windowSource, mod func(*Config)) *handover
 	}
 	cfg.EnsureDefaults()
 	run := &handoverRun{store: store}
-	ev := EventListener{Handover: func(i HandoverInfo) { run.handovers = append(run.handovers, i) }}
+	ev := EventListener{Handover: func(i HandoverInfo) {
+		run.mu.Lock()
+		defer run.mu.Unlock()
+		run.handovers = append(run.handovers, i)
+	}}
 	ev.EnsureDefaults()
 	g := gate.New()
 	rec := &recoverer{src: src, store: store, ev: ev, log: cfg.Logger, topic: cfg.Topics.Changelog, skip: cfg.UnsafeNoWindowRecovery}
 	run.a = &applier{cfg: &cfg, store: store, gate: g, claims: &claims{}, outbox: &outbox{store: store},
-		ev: ev, partitions: 1, kp: newKeyPartition(), recover: rec,
-		handover: &restorer{cfg: &cfg, store: store, gate: g, rec: rec, ev: ev, layoutParts: 1}}
+		ev: ev, partitions: parts, kp: newKeyPartition(), recover: rec,
+		handover: &restorer{cfg: &cfg, store: store, gate: g, rec: rec, ev: ev, layoutParts: parts}}
 	return run
 }
 
 // claim makes the claim of partition 0 as ownership.claim would for an
 // empty store after an owner that judged the commands below judged.
-func (r *handoverRun) claim(judged int64) *claim {
-	c := newClaim(0, 1, 0, 0)
+func (r *handoverRun) claim(judged int64) *claim { return r.claimOf(0, judged) }
+
+// claimOf is claim for partition part.
+func (r *handoverRun) claimOf(part int32, judged int64) *claim {
+	c := newClaim(part, 1, 0, 0)
 	c.inheritedMaxNs = handoverSeenNs
 	c.maxEventNs.Store(handoverSeenNs)
 	c.judgedBelow = judged
@@ -100,15 +124,30 @@ func (r *handoverRun) claim(judged int64) *claim {
 // watermark end, and returns the changelog records the owner wrote.
 func (r *handoverRun) apply(t *testing.T, recs []*kgo.Record, end int64) []*kgo.Record {
 	t.Helper()
+	return r.applyAll(t, map[int32][]*kgo.Record{0: recs}, map[int32]int64{0: end})
+}
+
+// applyAll is apply for several partitions at once: each fetch holds the
+// next records of every partition, so that the claims that wait for a
+// restore are prepared together.
+func (r *handoverRun) applyAll(t *testing.T, byPart map[int32][]*kgo.Record, ends map[int32]int64) []*kgo.Record {
+	t.Helper()
+	byPart = maps.Clone(byPart)
 	var out []*kgo.Record
-	for len(recs) > 0 {
-		n := min(7, len(recs))
-		fp := kgo.FetchTopicPartition{Topic: "membership.commands",
-			FetchPartition: kgo.FetchPartition{Partition: 0, Records: recs[:n], HighWatermark: end}}
-		if err := r.a.applyFetched(context.Background(), []kgo.FetchTopicPartition{fp}); err != nil {
+	for len(byPart) > 0 {
+		var fps []kgo.FetchTopicPartition
+		for _, p := range slices.Sorted(maps.Keys(byPart)) {
+			recs := byPart[p]
+			n := min(7, len(recs))
+			fps = append(fps, kgo.FetchTopicPartition{Topic: "membership.commands",
+				FetchPartition: kgo.FetchPartition{Partition: p, Records: recs[:n], HighWatermark: ends[p]}})
+			if byPart[p] = recs[n:]; len(byPart[p]) == 0 {
+				delete(byPart, p)
+			}
+		}
+		if err := r.a.applyFetched(context.Background(), fps); err != nil {
 			t.Fatal(err)
 		}
-		recs = recs[n:]
 		for _, it := range r.a.outbox.take() {
 			if it.e.Topic == string(topics.Changelog) {
 				out = append(out, it.record())
@@ -130,11 +169,13 @@ func (r *handoverRun) exported(t *testing.T) map[uint64][]byte {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cp, ok, err := r.store.Checkpoint("membership.commands", 0)
-	if err != nil || !ok {
-		t.Fatalf("commands checkpoint: %d, %v, %v", cp, ok, err)
+	for _, c := range r.a.claims.all() {
+		cp, ok, err := r.store.Checkpoint("membership.commands", c.partition)
+		if err != nil || !ok {
+			t.Fatalf("commands checkpoint of partition %d: %d, %v, %v", c.partition, cp, ok, err)
+		}
+		out[^uint64(0)-uint64(c.partition)] = []byte(fmt.Sprint("checkpoint ", cp))
 	}
-	out[^uint64(0)] = []byte(fmt.Sprint("checkpoint ", cp))
 	return out
 }
 
@@ -144,14 +185,21 @@ func (r *handoverRun) exported(t *testing.T) map[uint64][]byte {
 // then a seeded mix; tail is where the first owner stopped. The tail
 // delivers commands again that must stay duplicates.
 func handoverCommands(rng *rand.Rand) (recs []*kgo.Record, tail int) {
+	return handoverCommandsOf(rng, 0, func(u uint64) uint64 { return u })
+}
+
+// handoverCommandsOf is handoverCommands for partition part, each user u
+// of it being user(u).
+func handoverCommandsOf(rng *rand.Rand, part int32, user func(uint64) uint64) (recs []*kgo.Record, tail int) {
 	const base = 900_000_000_000 // ns; record timestamps are 1e12 ns
-	cmd := func(op string, user uint64, atMs int64, rid string) {
-		v := fmt.Sprintf(`{"op":%q,"user_id":%d,"at_ns":%d`, op, user, base+atMs*1e6)
+	cmd := func(op string, u uint64, atMs int64, rid string) {
+		u = user(u)
+		v := fmt.Sprintf(`{"op":%q,"user_id":%d,"at_ns":%d`, op, u, base+atMs*1e6)
 		if rid != "" {
 			v += fmt.Sprintf(`,"request_id":%q`, rid)
 		}
-		recs = append(recs, &kgo.Record{Topic: "membership.commands", Offset: int64(len(recs)),
-			Key: topics.AppendUserID(nil, user), Value: []byte(v + "}"), Timestamp: time.UnixMilli(1_000_000)})
+		recs = append(recs, &kgo.Record{Topic: "membership.commands", Partition: part, Offset: int64(len(recs)),
+			Key: topics.AppendUserID(nil, u), Value: []byte(v + "}"), Timestamp: time.UnixMilli(1_000_000)})
 	}
 	cmd("leave", 1, 100, "a")
 	cmd("rejoin", 1, 200, "")
@@ -161,8 +209,8 @@ func handoverCommands(rng *rand.Rand) (recs []*kgo.Record, tail int) {
 	cmd("rejoin", 3, 50, "") // the empty episode [50, 50)
 	cmd("leave", 4, 420, "") // late: a window up to what was decided
 	cmd("leave", 4, 410, "") // moves the boundary and the window back
-	recs = append(recs, &kgo.Record{Topic: "membership.commands", Offset: int64(len(recs)),
-		Key: []byte("5"), Value: []byte("not json"), Timestamp: time.UnixMilli(1_000_000)})
+	recs = append(recs, &kgo.Record{Topic: "membership.commands", Partition: part, Offset: int64(len(recs)),
+		Key: topics.AppendUserID(nil, user(5)), Value: []byte("not json"), Timestamp: time.UnixMilli(1_000_000)})
 	for range 300 {
 		user := 10 + rng.Uint64N(60)
 		op := "leave"

@@ -183,6 +183,9 @@ type PartitionStatus struct {
 	// lasts that concerns it (its own, or every partition's: see
 	// StallCause). Empty otherwise.
 	Stalled string
+	// Restore says how far the partition's restore from the changelog
+	// is, while one runs (an owner with no state for it); nil otherwise.
+	Restore *RestoreProgressInfo
 }
 
 // InputStatus is an owned partition of one route's input.
@@ -201,6 +204,9 @@ func (p *Processor) Partitions() []PartitionStatus {
 	var out []PartitionStatus
 	for _, c := range p.claims.all() {
 		st := PartitionStatus{Partition: c.partition, CaughtUp: c.caughtUp.Load(), Waiting: c.waiting()}
+		if rp, ok := c.progress.current(); ok {
+			st.Restore = &rp
+		}
 		if stall != nil && (stall.Partition < 0 || stall.Partition == c.partition) {
 			st.Stalled = stall.String()
 		}
@@ -470,9 +476,9 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	applierDone := make(chan struct{})
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 		skip: p.cfg.UnsafeNoWindowRecovery,
-		src: &changelogReader{cl: k.recov, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
+		src: &changelogReader{clients: k.readers, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
 			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
-			kp: newKeyPartition(), log: p.cfg.Logger}}
+			log: p.cfg.Logger}}
 	commands := string(p.cfg.Topics.Commands)
 	wake := make(chan struct{}, 1)
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
@@ -491,7 +497,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 		},
 		migrate: &migrator{cl: k.recov, prod: k.admCl, topic: commands, partitions: k.signalPartitions,
 			kp: newKeyPartition(), ev: p.ev, mono: p.clk.monoNow},
-		handover: &restorer{cfg: &p.cfg, store: p.store, gate: p.gate, rec: rec, ev: p.ev,
+		handover: &restorer{cfg: &p.cfg, store: p.store, gate: p.gate, rec: rec, ev: p.ev, budget: newMemBudget(p.cfg.RestoreMemory),
 			changelogParts: k.changelogPartitions, layoutParts: k.signalPartitions,
 			seek: func(part int32, offset int64) {
 				k.cmds.SetOffsets(map[string]map[int32]kgo.EpochOffset{

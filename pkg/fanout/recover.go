@@ -13,6 +13,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -54,6 +55,8 @@ type readRequest struct {
 	// note says, for /v1/partitions, what the read waits for ("" once it
 	// no longer waits); nil when nobody listens.
 	note func(string)
+	// progress, if not nil, is told how far the read is.
+	progress *restoreProgress
 }
 
 type recoveryStats struct{ records, windows int }
@@ -82,8 +85,8 @@ const recoveryTimeout = 5 * time.Minute
 type recovery struct {
 	done bool
 	// handedOver says the claim's restore from the changelog was tried
-	// (handover.go).
-	handedOver bool
+	// (handover.go), and restored that it succeeded.
+	handedOver, restored bool
 	// pending holds recovered windows not yet in the store, because the
 	// episode they belong to has not been replayed yet.
 	pending map[uint64][]membership.LateLeave
@@ -226,12 +229,14 @@ func (rec *recovery) attachPending(b *membership.Batch, user uint64) error {
 // would share the metrics hooks with running ones), adding and removing
 // the partitions it reads. Only the commands side uses it.
 type changelogReader struct {
-	cl                  *kgo.Client
+	// clients are the reader clients not in use: a read or a leavers
+	// check takes one for its duration, so that restores side by side
+	// each fetch (and decompress, on the client's goroutine) on their own.
+	clients             chan *readerClient
 	adm                 *kadm.Client
 	topic               string
 	signalPartitions    int32
 	changelogPartitions int32
-	kp                  keyPartition
 	log                 *slog.Logger
 }
 
@@ -256,8 +261,8 @@ type changelogReader struct {
 func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelogView, err error) {
 	var v changelogView
 	defer func() {
-		if err != nil && v.restore != nil {
-			v.restore.wait() // the restore that would have waited drops v
+		if err != nil {
+			v.done() // the restore that would have called it drops v
 		}
 	}()
 	note := q.note
@@ -296,6 +301,7 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 	}
 	want := make(map[int32]int64) // partition → end still to reach
 	from := make(map[int32]kgo.Offset)
+	startOf := make(map[int32]int64)
 	for _, p := range parts {
 		s, okS := starts.Lookup(topic, p)
 		e, okE := ends.Lookup(topic, p)
@@ -308,6 +314,7 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 		if e.Offset > s.Offset {
 			want[p] = e.Offset
 			from[p] = kgo.NewOffset().At(s.Offset)
+			startOf[p] = s.Offset
 		}
 	}
 	var held []int32 // partitions an open transaction holds below their end
@@ -328,11 +335,22 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 	if len(held) > 0 {
 		waiting(held)
 	}
+	// How far the read is: offsets, from each partition's start to the
+	// end it is read to, and the bytes fetched of the partitions' size.
+	var total int64
+	for p, end := range want {
+		total += end - startOf[p]
+	}
+	q.progress.reading(phaseReadChangelog, total, cr.sizeOf(ctx, topic, slices.Sorted(maps.Keys(want))))
 	v.start(q.latest)
 	if len(want) > 0 {
-		cl := cr.cl
+		rc := cr.take()
+		defer cr.give(rc)
+		cl, kp := rc.cl, newKeyPartition() // reads side by side: a keyPartition each
+		base := rc.fetched.Load()
 		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
 		defer cl.RemoveConsumePartitions(map[string][]int32{topic: parts})
+		next := maps.Clone(startOf)
 		for len(want) > 0 {
 			pctx, cancel := context.WithTimeout(ctx, changelogWaitReport)
 			fetches := cl.PollFetches(pctx)
@@ -356,11 +374,14 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 				if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
 					delete(want, r.Partition)
 				}
+				if n, ok := next[r.Partition]; ok && r.Offset+1 > n {
+					next[r.Partition] = r.Offset + 1
+				}
 				if r.Attrs.IsControl() {
 					return
 				}
 				user, err := topics.ParseUserID(r.Key)
-				if err != nil || cr.kp.of(r.Key, cr.signalPartitions) != q.part {
+				if err != nil || kp.of(r.Key, cr.signalPartitions) != q.part {
 					return
 				}
 				if err := v.add(user, r); err != nil {
@@ -368,10 +389,272 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 						"partition", r.Partition, "offset", r.Offset, "err", err)
 				}
 			})
+			var done int64
+			for p, n := range next {
+				done += n - startOf[p]
+			}
+			q.progress.advance(done, rc.fetched.Load()-base)
 		}
+		q.progress.reportNow()
 	}
 	v.finish()
 	return v, nil
+}
+
+// readerClient is a client of the changelogReader with the bytes it
+// fetched (its fetchedBytes hook), for the progress of a read.
+type readerClient struct {
+	cl      *kgo.Client
+	fetched *fetchedBytes
+}
+
+// fetchedBytes counts the bytes of the record batches a client fetched,
+// as they are in the log (compressed): a franz-go hook.
+type fetchedBytes struct{ atomic.Int64 }
+
+var _ kgo.HookFetchBatchRead = (*fetchedBytes)(nil)
+
+func (f *fetchedBytes) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	f.Add(int64(m.CompressedBytes))
+}
+
+// take takes a reader client, waiting for one while every one is in use.
+func (cr *changelogReader) take() *readerClient { return <-cr.clients }
+
+// give gives rc back, its partitions removed.
+func (cr *changelogReader) give(rc *readerClient) { cr.clients <- rc }
+
+// sizeOf returns the bytes the log segments of topic's partitions parts
+// hold (the largest replica's), or -1 when the brokers do not say: a
+// progress figure only, so DescribeLogDirs is not required (nor waited
+// for long).
+func (cr *changelogReader) sizeOf(ctx context.Context, topic string, parts []int32) int64 {
+	if len(parts) == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	set := make(kadm.TopicsSet)
+	set.Add(topic, parts...) // partitions named: a topic with none describes nothing
+	all, err := cr.adm.DescribeAllLogDirs(ctx, set)
+	if err != nil {
+		return -1
+	}
+	size := make(map[int32]int64, len(parts))
+	for _, dirs := range all {
+		dirs.EachPartition(func(d kadm.DescribedLogDirPartition) {
+			if d.Topic == topic && !d.IsFuture {
+				size[d.Partition] = max(size[d.Partition], d.Size)
+			}
+		})
+	}
+	var total int64
+	for _, p := range parts {
+		n, ok := size[p]
+		if !ok {
+			return -1
+		}
+		total += n
+	}
+	return total
+}
+
+// restoreBytesPerRecord is what a restore holds per changelog record
+// read, as a memory budget counts it before the read: a restore header
+// of a user with a leave and a rejoin (about 300 bytes) and its entry.
+// The records are counted as the commands judged: each wrote one.
+const restoreBytesPerRecord = 330
+
+// memBudget bounds the bytes that restores side by side hold at once: a
+// weighted semaphore whose waiters say what they wait for.
+type memBudget struct {
+	capacity int64
+	mu       struct {
+		sync.Mutex
+		held  int64
+		freed chan struct{} // closed when bytes are given back
+	}
+}
+
+func newMemBudget(capacity int64) *memBudget {
+	b := &memBudget{capacity: capacity}
+	b.mu.freed = make(chan struct{})
+	return b
+}
+
+// acquire takes n bytes (the whole capacity when n is more: a restore
+// alone always runs), waiting while others hold too much; waiting is
+// told what they hold, once, when it must wait. release gives them
+// back; it may be called more than once.
+func (b *memBudget) acquire(ctx context.Context, n int64, waiting func(held int64)) (release func(), err error) {
+	if b == nil {
+		return func() {}, nil
+	}
+	n = max(min(n, b.capacity), 0)
+	told := false
+	for {
+		b.mu.Lock()
+		if b.mu.held == 0 || b.mu.held+n <= b.capacity {
+			b.mu.held += n
+			b.mu.Unlock()
+			var once sync.Once
+			return func() { once.Do(func() { b.give(n) }) }, nil
+		}
+		held, freed := b.mu.held, b.mu.freed
+		b.mu.Unlock()
+		if !told {
+			waiting(held)
+			told = true
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (b *memBudget) give(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mu.held -= n
+	close(b.mu.freed)
+	b.mu.freed = make(chan struct{})
+}
+
+// done drops what v holds for a restore: no sort outlives it.
+func (v *changelogView) done() {
+	if v.restore != nil {
+		v.restore.wait()
+	}
+}
+
+// The phases of a restore, as restoreProgress reports them.
+const (
+	phaseReadChangelog = "reading the changelog"
+	phaseCheckLeavers  = "reading the commands for the users who left"
+	phaseWrite         = "writing the users' records"
+	phaseGate          = "ingesting and setting the gate"
+)
+
+// restoreProgressEvery is how often a restore's progress is reported
+// (RestoreProgress events, and so the log) while it reads.
+const restoreProgressEvery = 5 * time.Second
+
+// restoreProgress is how far a claim's restore from the changelog is:
+// written by the restore, read for PartitionStatus at any time. A nil
+// *restoreProgress takes every call and keeps nothing.
+type restoreProgress struct {
+	report func(RestoreProgressInfo) // the RestoreProgress event; set before the restore starts
+	mu     struct {
+		sync.Mutex
+		on       bool // a restore runs
+		info     RestoreProgressInfo
+		started  time.Time // the restore's start
+		phaseAt  time.Time // the phase's start: rates are over it
+		reported time.Time
+	}
+}
+
+// begin starts reporting a restore of partition.
+func (p *restoreProgress) begin(partition int32) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	p.mu.on, p.mu.started, p.mu.phaseAt, p.mu.reported = true, now, now, now
+	p.mu.info = RestoreProgressInfo{Partition: partition, BytesTotal: -1}
+}
+
+// end stops reporting: the restore is done, or did not happen.
+func (p *restoreProgress) end() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.on = false
+}
+
+// setPhase says the restore is in phase, with nothing to count.
+func (p *restoreProgress) setPhase(phase string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.phaseAt = time.Now()
+	i := &p.mu.info
+	i.Phase, i.Records, i.RecordsTotal, i.Bytes, i.BytesTotal = phase, 0, 0, 0, -1
+}
+
+// reading says the restore reads records offsets in phase, of bytes
+// bytes (-1: unknown).
+func (p *restoreProgress) reading(phase string, records, bytes int64) {
+	if p == nil {
+		return
+	}
+	p.setPhase(phase)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.info.RecordsTotal, p.mu.info.BytesTotal = records, bytes
+}
+
+// advance says records offsets and bytes bytes of the phase's are read,
+// and reports the progress when it was last reported restoreProgressEvery
+// ago.
+func (p *restoreProgress) advance(records, bytes int64) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.mu.info.Records, p.mu.info.Bytes = records, bytes
+	now := time.Now()
+	report := p.report != nil && now.Sub(p.mu.reported) >= restoreProgressEvery
+	if report {
+		p.mu.reported = now
+	}
+	info := p.infoLocked(now)
+	p.mu.Unlock()
+	if report {
+		p.report(info)
+	}
+}
+
+// reportNow reports the progress as it is: at the end of a phase that
+// read records, so that the log has each read's figures whatever its
+// length.
+func (p *restoreProgress) reportNow() {
+	if p == nil || p.report == nil {
+		return
+	}
+	p.mu.Lock()
+	now := time.Now()
+	p.mu.reported = now
+	info := p.infoLocked(now)
+	p.mu.Unlock()
+	p.report(info)
+}
+
+// current returns the progress, and false when no restore runs.
+func (p *restoreProgress) current() (RestoreProgressInfo, bool) {
+	if p == nil {
+		return RestoreProgressInfo{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.infoLocked(time.Now()), p.mu.on
+}
+
+func (p *restoreProgress) infoLocked(now time.Time) RestoreProgressInfo {
+	i := p.mu.info
+	i.Elapsed = now.Sub(p.mu.started)
+	if d := now.Sub(p.mu.phaseAt).Seconds(); d > 0 {
+		i.RecordsPerSecond, i.BytesPerSecond = float64(i.Records)/d, float64(i.Bytes)/d
+	}
+	return i
 }
 
 // leaversRequest is what leavers is asked: the users of commands
@@ -379,11 +662,12 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 // below offset below that rules C1 to C4 let through (skew is
 // Config.MaxFutureSkew).
 type leaversRequest struct {
-	topic string
-	part  int32
-	parts int32
-	below int64
-	skew  time.Duration
+	topic    string
+	part     int32
+	parts    int32
+	below    int64
+	skew     time.Duration
+	progress *restoreProgress // told how far the read is, if not nil
 }
 
 // leavers reads commands partition q.part, read_committed, from its start
@@ -405,10 +689,15 @@ func (cr *changelogReader) leavers(ctx context.Context, q leaversRequest) ([]uin
 	if s.Offset >= q.below {
 		return nil, nil
 	}
-	cl := cr.cl
+	q.progress.reading(phaseCheckLeavers, q.below-s.Offset, -1)
+	rc := cr.take()
+	defer cr.give(rc)
+	cl, base := rc.cl, rc.fetched.Load()
+	kp := newKeyPartition() // reads side by side: a keyPartition each
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{q.topic: {q.part: kgo.NewOffset().At(s.Offset)}})
 	defer cl.RemoveConsumePartitions(map[string][]int32{q.topic: {q.part}})
 	var users []uint64
+	next := s.Offset
 	leave, escape := []byte("leave"), []byte(`\`)
 	for done := false; !done; {
 		pctx, cancel := context.WithTimeout(ctx, changelogWaitReport)
@@ -427,6 +716,9 @@ func (cr *changelogReader) leavers(ctx context.Context, q leaversRequest) ([]uin
 			return nil, fmt.Errorf("reading commands partition %d: %w", q.part, fetchErr)
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Topic == q.topic && r.Partition == q.part {
+				next = max(next, r.Offset+1)
+			}
 			if r.Topic != q.topic || r.Partition != q.part || r.Offset >= q.below {
 				done = done || (r.Topic == q.topic && r.Partition == q.part)
 				return
@@ -440,7 +732,7 @@ func (cr *changelogReader) leavers(ctx context.Context, q leaversRequest) ([]uin
 				return
 			}
 			user, err := topics.ParseUserID(r.Key)
-			if err != nil || cr.kp.of(r.Key, q.parts) != q.part {
+			if err != nil || kp.of(r.Key, q.parts) != q.part {
 				return // C1, C2: not applied here
 			}
 			cmd, err := topics.DecodeCommand(r.Key, r.Value)
@@ -452,7 +744,9 @@ func (cr *changelogReader) leavers(ctx context.Context, q leaversRequest) ([]uin
 			}
 			users = append(users, user)
 		})
+		q.progress.advance(min(next, q.below)-s.Offset, rc.fetched.Load()-base)
 	}
+	q.progress.reportNow()
 	slices.Sort(users)
 	return slices.Compact(users), nil
 }

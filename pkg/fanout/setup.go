@@ -24,6 +24,11 @@ type kafka struct {
 	adm   *kadm.Client // admCl's admin client
 	cmds  *kgo.Client  // the commands consumer
 	recov *kgo.Client  // the changelog reader of window recovery
+	// readers are the changelog readers of window recovery and restores,
+	// recov the first of them: Config.RestoreParallel (at most the
+	// partition count), so that as many restores read side by side.
+	readers     chan *readerClient
+	readersMore []*kgo.Client // the readers other than recov
 	// meta asks for the commands' partition count with each observation
 	// (partitionCount). A client of its own: franz-go caches the answer
 	// of every Metadata request, and a paused broker that still believes
@@ -41,6 +46,9 @@ type kafka struct {
 
 func (k *kafka) close() {
 	k.meta.Close()
+	for _, cl := range k.readersMore {
+		cl.Close()
+	}
 	k.recov.Close()
 	k.cmds.Close()
 	k.adm.Close()
@@ -84,13 +92,38 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 		k.adm.Close()
 		return nil, fmt.Errorf("unable to create commands consumer: %w", err)
 	}
-	// It consumes nothing until a recovery adds partitions.
-	if k.recov, err = kgo.NewClient(consumer("cohortgate-recovery")...); err != nil {
-		k.cmds.Close()
-		k.adm.Close()
-		return nil, fmt.Errorf("unable to create changelog reader: %w", err)
+	// They consume nothing until a recovery adds partitions.
+	readers := max(1, min(cfg.RestoreParallel, int(k.signalPartitions)))
+	k.readers = make(chan *readerClient, readers)
+	for i := range readers {
+		id := "cohortgate-recovery"
+		if i > 0 {
+			id = fmt.Sprintf("cohortgate-recovery-%d", i)
+		}
+		fetched := new(fetchedBytes)
+		cl, err := kgo.NewClient(append(consumer(id), kgo.WithHooks(fetched))...)
+		if err != nil {
+			for _, cl := range k.readersMore {
+				cl.Close()
+			}
+			if k.recov != nil {
+				k.recov.Close()
+			}
+			k.cmds.Close()
+			k.adm.Close()
+			return nil, fmt.Errorf("unable to create changelog reader: %w", err)
+		}
+		if i == 0 {
+			k.recov = cl
+		} else {
+			k.readersMore = append(k.readersMore, cl)
+		}
+		k.readers <- &readerClient{cl: cl, fetched: fetched}
 	}
 	if k.meta, err = kgo.NewClient(clientOpts(cfg, lim, "cohortgate-metadata")...); err != nil {
+		for _, cl := range k.readersMore {
+			cl.Close()
+		}
 		k.recov.Close()
 		k.cmds.Close()
 		k.adm.Close()
