@@ -602,7 +602,7 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 	// last is, per user, the batch's last command of the user: its
 	// change's After holds the user's episodes as the whole batch leaves
 	// them (settle writes notes and windows, never episodes), which spares
-	// judge a read of the user.
+	// recordLate a read of the user.
 	last := make(map[uint64]int, len(cmds))
 	for i := range cmds {
 		last[cmds[i].cmd.UserID] = i
@@ -622,7 +622,7 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 			rc.SignalsOffset = rc.Inputs[0].Offset
 		}
 		if ac.change.Changed && ac.cmd.Op == topics.Leave {
-			if err := a.judge(ctx, b, ac, cmds[last[ac.cmd.UserID]].change.After); err != nil {
+			if err := a.recordLate(ctx, b, ac, cmds[last[ac.cmd.UserID]].change.After); err != nil {
 				return nil, err
 			}
 		}
@@ -660,14 +660,14 @@ func (a *applier) settle(ctx context.Context, b *membership.Batch, cmds []applie
 	return out, nil
 }
 
-// judge records the late-leave window of the leave ac, if it is late: see
+// recordLate records the late-leave window of the leave ac, if it is late: see
 // claim.lateWindow. The episode is taken from m, the user as the whole
 // batch leaves it, so that a rejoin later in the batch bounds the window.
-func (a *applier) judge(ctx context.Context, b *membership.Batch, ac *appliedCmd, m membership.Member) error {
+func (a *applier) recordLate(ctx context.Context, b *membership.Batch, ac *appliedCmd, m membership.Member) error {
 	user, left := ac.cmd.UserID, ac.change.After.LeftAtNs
 	end, ok := episodeEnd(m, left)
 	if !ok {
-		return nil // a later leave of the batch moved the boundary before it: judged there
+		return nil // a later leave of the batch moved the boundary before it: recorded there
 	}
 	var fr fwdResult
 	if int64(left) > ac.c.inheritedMaxNs {

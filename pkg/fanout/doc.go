@@ -201,8 +201,13 @@
 //     of a partition's users that others held, re-published to it;
 //   - refill.go: a changelog created again, refilled from the store;
 //   - claim.go: what both sides share about one owned partition;
-//   - recover.go: late-leave windows recovered from the changelog, and
-//     the restore headers a read keeps for handover.go;
+//   - recover.go: late-leave windows recovered from the changelog;
+//   - changelogread.go: a read of the changelog, for the windows and for
+//     a restore;
+//   - restoreprogress.go: restores side by side, their progress and
+//     their memory;
+//   - restoreheaders.go: the restore header of a changelog record, and
+//     each user's latest;
 //   - rules.go: the rules for one signal (S1 to S5) and one command (C1
 //     to C4), as pure verdicts: where every DLQ reason is decided, but
 //     the broker's refusals (poison.go) and the store's (C7);
@@ -220,6 +225,7 @@
 //   - restore.go: the gate rebuilt from the store at start;
 //   - snapshot.go: the gate saved at a clean stop, loaded at start when it
 //     still reflects the store's checkpoints;
+//   - episodes.go: episodes as the store and the gate hold them;
 //   - metrics.go: the Prometheus series;
 //   - authz.go: authorization failures;
 //   - store.go: the Store the processor needs;

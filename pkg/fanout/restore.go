@@ -124,14 +124,3 @@ func insertRestored(g *gate.Map, full <-chan *restoreBatch, free chan<- *restore
 	}
 	return nil
 }
-
-// gateEpisodes appends eps, converted, to dst. Empty episodes hold no
-// signal and are left out.
-func gateEpisodes(dst []gate.Episode, eps []membership.Episode) []gate.Episode {
-	for _, e := range eps {
-		if !e.IsEmpty() {
-			dst = append(dst, gate.Episode{LeftAtNs: e.LeftAtNs, RejoinedAtNs: e.RejoinedAtNs})
-		}
-	}
-	return dst
-}

@@ -47,7 +47,7 @@ import (
 // The signals loop reports what happens (loopStarted, cycleEnded,
 // fetchFailed, fetched, deciding, dropped, loopStopped) and the
 // processor's events report produce failures (listener); the watch's own
-// goroutine (run, check) judges every tick, reports a stall's start and
+// goroutine (run, check) assesses every tick, reports a stall's start and
 // end to the EventListener and publishes it for Ready (current). All but
 // check are safe for concurrent use.
 type stallWatch struct {
@@ -225,9 +225,9 @@ func (w *stallWatch) dropped(partition int32) {
 	}
 }
 
-// judge returns the stall in force at now, nil when none: of several, the
+// assess returns the stall in force at now, nil when none: of several, the
 // longest. Streaks ended by quiet are forgotten.
-func (w *stallWatch) judge(now time.Time) *Stall {
+func (w *stallWatch) assess(now time.Time) *Stall {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var worst *Stall
@@ -263,11 +263,11 @@ func (w *stallWatch) judge(now time.Time) *Stall {
 	return worst
 }
 
-// check judges at now, reports a stall that began or ended (or changed)
+// check assesses at now, reports a stall that began or ended (or changed)
 // since the last check, publishes it, and returns a *StallError when it
 // has lasted haltAfter.
 func (w *stallWatch) check(now time.Time) error {
-	s := w.judge(now)
+	s := w.assess(now)
 	if was := w.reported; was != nil && (s == nil || !s.same(was)) {
 		w.ev.Stall(StallInfo{Stall: *was, Lasted: now.Sub(was.Since), Ended: true})
 		w.reported = nil
@@ -316,7 +316,7 @@ func (w *stallWatch) run(ctx context.Context) error {
 	}
 }
 
-// stallTick is how often the watch judges: a tenth of the bound, at most
+// stallTick is how often the watch assesses: a tenth of the bound, at most
 // a second, so a stall is seen within that much past its bound.
 func stallTick(after time.Duration) time.Duration {
 	return min(max(after/10, 10*time.Millisecond), time.Second)
