@@ -483,7 +483,7 @@ func (l *loop) positions() map[string]map[int32]position {
 // cycle's signals are fetched and decided again.
 func (l *loop) rewind() {
 	l.syncParts() // a revocation may have ended the cycle: only rewind what is still ours
-	committed := l.s.client().CommittedOffsets()
+	committed := l.s.committed()
 	set := make(map[string]map[int32]kgo.EpochOffset, len(l.inputs))
 	for route, in := range l.inputs {
 		lanes := make(map[int32]*lane, len(l.parts))
