@@ -189,8 +189,10 @@ test-secure:
 # rolling restart, two brokers down. Each target starts the cluster, runs
 # the scenarios and stops the cluster whatever happened (Ctrl-C too).
 # test-cluster-short is CI's few-minute form. Extra flags in CLUSTER_FLAGS
-# (e.g. --scenarios broker-leaders,broker-two-down or --keep).
-CLUSTER_BROKERS := 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094
+# (e.g. --scenarios broker-leaders,broker-two-down or --keep). A cluster on
+# other ports: KAFKA_CLUSTER_PORT (and KAFKA_CLUSTER_CONTROLLER_PORT,
+# KAFKA_CLUSTER_RUN_DIR) in the environment and CLUSTER_BROKERS to match.
+CLUSTER_BROKERS ?= 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094
 CLUSTER_FLAGS   ?=
 CLUSTER_CHAOS    = trap '$(KAFKA) stop-cluster' EXIT INT TERM; $(KAFKA) start-cluster && \
 	./bin/chaos --processor $(BIN) --brokers $(CLUSTER_BROKERS) --cluster integration/kafka/kafka.sh

@@ -142,6 +142,7 @@ type result struct {
 	rep      oracle.Report
 	seconds  float64
 	stall    stall          // the longest stretch without forward progress
+	floor    *stall         // a broker-fault scenario's floor (floor.go); nil in others
 	err      error          // the scenario could not run to its end
 	findings []string       // processor misbehaviour seen on the way
 	warnings map[string]int // the processors' warning and error lines, by message
@@ -236,6 +237,9 @@ func (h *harness) row(r result) {
 	pass, why := r.verdict()
 	if why != "ok" {
 		fmt.Fprintf(h.out, "%-26s %s\n", "", why)
+	}
+	if line := r.floorLine(); line != "" {
+		fmt.Fprintf(h.out, "%-26s %s\n", "", line)
 	}
 	if d := r.rep.Details(); d != "" {
 		for _, line := range strings.Split(strings.TrimRight(d, "\n"), "\n") {

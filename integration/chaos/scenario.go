@@ -202,6 +202,7 @@ type scenarioRun struct {
 	produceC chan produceDone // the producer's result
 	produceD chan struct{}    // closed when the producer is done
 	meter    stallMeter       // forward progress, as the output's reader sees it
+	floor    *floorRun        // the broker-fault scenarios' floor (floor.go); nil in others
 
 	soakRes *soakResult // the soak's samples; nil in other scenarios
 
@@ -270,6 +271,10 @@ func (h *harness) run(parent context.Context, sc scenario) result {
 	res := result{sc: sc}
 	res.rep, res.err = r.execute(ctx)
 	res.stall = r.meter.read()
+	if r.floor != nil {
+		fl := r.floor.meter.read()
+		res.floor = &fl
+	}
 	if res.err != nil && context.Cause(ctx) != nil {
 		res.err = fmt.Errorf("%w (%v)", res.err, context.Cause(ctx))
 	}
@@ -399,6 +404,16 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 			return oracle.Report{}, err
 		}
 	}
+	if r.sc.brokerFault {
+		// Started before the processors settle, so that its group and
+		// transactional ID are ready too when the load begins.
+		f, err := r.startFloor(ctx)
+		if err != nil {
+			return oracle.Report{}, err
+		}
+		defer f.stop()
+		r.floor = f
+	}
 	if err := r.settle(ctx, 120*time.Second); err != nil {
 		return oracle.Report{}, fmt.Errorf("processors did not get ready: %w", err)
 	}
@@ -412,6 +427,11 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 		<-watched
 	}()
 	r.produce(ctx, plan)
+	if r.floor != nil {
+		// The faults wait for the floor's first copy, so that its cold
+		// start does not hide one.
+		r.floor.waitFirst(ctx, floorFirstWait, r.logf)
+	}
 	actErr := r.sc.act(r, ctx)
 	if actErr != nil {
 		return oracle.Report{}, fmt.Errorf("chaos: %w", actErr)
@@ -434,6 +454,11 @@ func (r *scenarioRun) execute(ctx context.Context) (oracle.Report, error) {
 	r.logf("every signal decided %v after the load ended; stopping the processors", time.Since(decideStart).Round(time.Millisecond))
 	if st := r.meter.read(); st.arrivals > 0 {
 		r.logf("longest stall: %v, ending at %s (%d records seen, the first %v after the load began)",
+			st.longest.Round(time.Millisecond), st.endsAt.Format("15:04:05.000"), st.arrivals, st.first.Round(time.Millisecond))
+	}
+	if r.floor != nil {
+		st := r.floor.meter.read()
+		r.logf("floor (plain exactly-once passthrough): longest stall %v, ending at %s (%d records seen, the first %v after the load began)",
 			st.longest.Round(time.Millisecond), st.endsAt.Format("15:04:05.000"), st.arrivals, st.first.Round(time.Millisecond))
 	}
 	for _, in := range r.insts {

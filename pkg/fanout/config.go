@@ -68,7 +68,9 @@ type Config struct {
 	// Grace. Default 10ms.
 	AlignInterval time.Duration
 	// CommitInterval is how long one transaction (or one offset commit
-	// cycle) collects records before it ends. Default 100ms.
+	// cycle) collects records before it ends, at most: a leave that must
+	// learn whether a signal of its user was forwarded in the open one
+	// ends it at once. Default 100ms.
 	CommitInterval time.Duration
 	// HoldMaxBytes caps the signal bytes (key+value+headers) held in memory
 	// per partition while they wait for alignment. Above it the partition's

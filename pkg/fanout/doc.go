@@ -194,6 +194,8 @@
 //     progress, and halts the run when that lasts;
 //   - emit.go: producing a cycle's records and keeping their promises;
 //   - session.go: a cycle's transaction, or its plain commit, and Outcome's use;
+//     a transaction whose end failed unconfirmed, ended for sure and its
+//     outcome learned from the group's offsets (heal);
 //   - commands.go: the commands side, the applier;
 //   - handover.go: a partition's users restored from the changelog on
 //     an owner with no state for it;

@@ -315,8 +315,10 @@ const (
 	// committed (without ExactlyOnce): the signals are processed again by
 	// their next owner, at least once.
 	OutputOnly
-	// Unknown: ending the transaction failed and its outcome is unknown;
-	// the session must be replaced.
+	// Unknown: ending the transaction failed and its outcome is unknown:
+	// a definite failure (the producer fenced), or one whose outcome
+	// could not be learned from the group's offsets in time; the session
+	// must be replaced.
 	Unknown
 )
 
@@ -341,8 +343,15 @@ func (o Outcome) outputDurable() bool { return o == Committed || o == OutputOnly
 // CycleInfo is the end of a cycle.
 type CycleInfo struct {
 	Outcome Outcome
-	Err     error // the reason for OutputOnly and Unknown
+	// Err is the reason for OutputOnly and Unknown; with Committed or
+	// Aborted, the failed end whose outcome was then learned (the
+	// session stays, with its partitions).
+	Err error
 }
+
+// errHealed marks the error of a cycle whose end failed without a definite
+// answer and whose outcome heal then learned: the session stays.
+var errHealed = errors.New("transaction end healed")
 
 func (i CycleInfo) String() string { return fmt.Sprintf("cycle %v: %v", i.Outcome, i.Err) }
 
@@ -709,6 +718,10 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 			l.Warn("produce failed", "topic", i.Topic, "refused_for_itself", i.Refused, "err", i.Err)
 		},
 		CycleEnd: func(i CycleInfo) {
+			if errors.Is(i.Err, errHealed) {
+				l.Warn("a transaction's end failed unconfirmed; it was ended and its outcome read from the group's offsets",
+					"outcome", i.Outcome.String(), "err", i.Err)
+			}
 			switch i.Outcome {
 			case Aborted:
 				l.Info("cycle aborted; its signals will be fetched again")

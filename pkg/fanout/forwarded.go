@@ -56,6 +56,9 @@ type forwarded struct {
 		// passDone is closed when the busy pass is handed over, cycleDone
 		// when the open cycle ends; nil when none waits.
 		passDone, cycleDone chan struct{}
+		// hurry, when set, asks the signals loop to end the open cycle
+		// now: a leave waits for it (latest).
+		hurry func()
 	}
 }
 
@@ -84,6 +87,14 @@ func (f *forwarded) end(pass []fwd) {
 		close(f.mu.passDone)
 		f.mu.passDone = nil
 	}
+}
+
+// setHurry makes fn what latest calls when it must wait for the open
+// cycle to end; fn must not block.
+func (f *forwarded) setHurry(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.hurry = fn
 }
 
 // settle ends the cycle: with a durable output (Committed, OutputOnly) its
@@ -159,6 +170,12 @@ func (f *forwarded) latest(ctx context.Context, user uint64, from, to int64) (ts
 	if slices.ContainsFunc(f.mu.pending, in) {
 		if f.mu.cycleDone == nil {
 			f.mu.cycleDone = make(chan struct{})
+		}
+		if f.mu.hurry != nil {
+			// Waiting for the cycle's timer (CommitInterval) would add
+			// up to a whole interval to this leave and to every command
+			// queued behind it.
+			f.mu.hurry()
 		}
 		if !wait(f.mu.cycleDone) {
 			return 0, false, false

@@ -190,3 +190,33 @@ func TestForwardedWaitsForThePass(t *testing.T) {
 		t.Fatal("latest did not return after the pass ended")
 	}
 }
+
+// TestForwardedHurriesTheCycle: a leave that must wait for the open cycle
+// asks the signals loop to end it now (hurry), instead of waiting for its
+// CommitInterval to run out, and one of a user the cycle forwarded nothing
+// of does not. The hurry here ends the cycle as the loop would; without
+// it, latest waits forwardedWait and cannot tell.
+func TestForwardedHurriesTheCycle(t *testing.T) {
+	f := newForwarded()
+	hurried := 0
+	f.setHurry(func() {
+		hurried++
+		go f.settle(Committed) // the loop ends the cycle on its own goroutine
+	})
+	f.begin()
+	f.end([]fwd{{user: 1, ts: 42}})
+	if _, _, complete := f.latest(context.Background(), 2, 40, 1<<62); !complete || hurried != 0 {
+		t.Fatalf("a leave of another user: complete %v, hurried %d times; want complete, no hurry", complete, hurried)
+	}
+	start := time.Now()
+	latest, found, complete := f.latest(context.Background(), 1, 40, 1<<62)
+	if !found || !complete || latest != 42 {
+		t.Fatalf("latest = %d, %v, %v; want 42, found, complete", latest, found, complete)
+	}
+	if hurried != 1 {
+		t.Errorf("hurried %d times; want once", hurried)
+	}
+	if waited := time.Since(start); waited >= forwardedWait {
+		t.Errorf("waited %v: the cycle was not hurried", waited)
+	}
+}

@@ -61,6 +61,13 @@ type loop struct {
 	// carried says the current cycle produced a record: only such a
 	// cycle's abort is a failure to progress.
 	carried bool
+	// hurry is set when the commands side waits for the open cycle to
+	// end (forwarded.latest: a leave of a user with a signal forwarded
+	// in it): the cycle ends after the step in progress instead of at
+	// CommitInterval, its poll cut short (pollCancel).
+	hurry atomic.Bool
+	// pollCancel cancels the poll in progress; nil between polls.
+	pollCancel atomic.Pointer[context.CancelFunc]
 }
 
 // newLoop makes the loop of session s.
@@ -111,7 +118,7 @@ func (l *loop) run(ctx context.Context) error {
 			return fmt.Errorf("%w: unable to begin: %v", errReplaceSession, err)
 		}
 		deadline := time.Now().Add(l.cfg.CommitInterval)
-		for ctx.Err() == nil && time.Now().Before(deadline) {
+		for ctx.Err() == nil && time.Now().Before(deadline) && !l.hurry.Load() {
 			if err := l.step(ctx, work, deadline); err != nil {
 				return err
 			}
@@ -122,6 +129,9 @@ func (l *loop) run(ctx context.Context) error {
 		if err := l.end(work); err != nil {
 			return err
 		}
+		// A hurry asked for before the end was for the cycle it ended:
+		// the signals a waiter looks for are pending only until then.
+		l.hurry.Store(false)
 		l.s.allowRebalance()
 		if ctx.Err() != nil {
 			return nil
@@ -158,7 +168,14 @@ func (l *loop) step(ctx, work context.Context, deadline time.Time) error {
 		wait = l.cfg.AlignInterval // held signals: look again soon
 	}
 	pollCtx, cancel := context.WithTimeout(ctx, wait)
+	// Published before the hurry is read: a hurry asked for meanwhile
+	// either sees this cancel or is seen here.
+	l.pollCancel.Store(&cancel)
+	if l.hurry.Load() {
+		cancel()
+	}
 	fetches := l.s.poll(pollCtx, l.cfg.MaxPollRecords)
+	l.pollCancel.Store(nil)
 	cancel()
 	if fetches.IsClientClosed() {
 		return fmt.Errorf("%w: client closed", errReplaceSession)
@@ -240,12 +257,21 @@ func (l *loop) syncParts() {
 	}
 	for _, c := range l.claims.all() {
 		if l.parts[c.partition] == nil {
+			c.fwd.setHurry(l.hurryCycle)
 			pt := &part{c: c, judged: c.judgedBelow, lanes: make([]*lane, len(l.inputs))}
 			for i := range pt.lanes {
 				pt.lanes[i] = &lane{start: kgo.EpochOffset{Epoch: -1, Offset: -1}}
 			}
 			l.parts[c.partition] = pt
 		}
+	}
+}
+
+// hurryCycle asks for the open cycle to end after the step in progress.
+func (l *loop) hurryCycle() {
+	l.hurry.Store(true)
+	if cancel := l.pollCancel.Load(); cancel != nil {
+		(*cancel)()
 	}
 }
 
@@ -483,7 +509,7 @@ func (l *loop) positions() map[string]map[int32]position {
 // cycle's signals are fetched and decided again.
 func (l *loop) rewind() {
 	l.syncParts() // a revocation may have ended the cycle: only rewind what is still ours
-	committed := l.s.client().CommittedOffsets()
+	committed := l.s.committed()
 	set := make(map[string]map[int32]kgo.EpochOffset, len(l.inputs))
 	for route, in := range l.inputs {
 		lanes := make(map[int32]*lane, len(l.parts))

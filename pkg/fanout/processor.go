@@ -683,7 +683,7 @@ func (p *Processor) newSession(own *ownership, lim *limits) (session, error) {
 	// one cycle (its end bounded by endTimeout), so a little more suffices.
 	opts = append(opts, kgo.RebalanceTimeout(p.endTimeout()+5*time.Second))
 	if p.cfg.ExactlyOnce {
-		s, err := newTxnSession(inputs, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
+		s, err := newTxnSession(p.cfg.Group, inputs, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -35,6 +36,9 @@ type session interface {
 	// error says why the outcome is not Committed or Aborted, or why a
 	// cycle with no failed produce was aborted.
 	end(ctx context.Context, pos map[string]map[int32]position) (Outcome, error)
+	// committed is what the group has committed of the inputs, as far as
+	// the session knows: where an abort rewinds to.
+	committed() map[string]map[int32]kgo.EpochOffset
 	allowRebalance()
 	close()
 }
@@ -108,26 +112,35 @@ func (f *failures) wrap(promise func(*kgo.Record, error)) countedPromise {
 // GroupTransactSession (KIP-447: zombies are fenced by group generation).
 type txnSession struct {
 	s      *kgo.GroupTransactSession
+	group  string // the consumer group, whose offsets heal reads
 	inputs []string
 	failed failures
 	// endTimeout bounds GroupTransactSession.End. End waits for a forced
 	// heartbeat; when the member's session has expired meanwhile (the
 	// process was stopped), franz-go's group loop instead waits for
 	// AllowRebalance, which only comes after End: without a bound the
-	// two wait for each other forever. Past it, the outcome is unknown
-	// and the session is replaced.
+	// two wait for each other forever. Past it, or when End fails
+	// without a definite answer (the coordinator moving), the
+	// transaction is ended for sure and its outcome learned (heal), for
+	// at most as long again; only a fenced producer or an outcome still
+	// unknown then replaces the session.
 	endTimeout time.Duration
 	// check, when set, is asked before a commit whether the outputs are
 	// the topics the run found (outputsCheck): if not, the cycle aborts.
 	check func(context.Context) error
+	// learned are committed offsets read from the group after a healed
+	// end (heal) found the transaction committed: franz-go's view of what
+	// is committed does not have them, and an abort must not rewind
+	// behind them (committed).
+	learned map[string]map[int32]kgo.EpochOffset
 }
 
-func newTxnSession(inputs []string, endTimeout time.Duration, opts []kgo.Opt) (*txnSession, error) {
+func newTxnSession(group string, inputs []string, endTimeout time.Duration, opts []kgo.Opt) (*txnSession, error) {
 	s, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("unable to create transactional session: %w", err)
 	}
-	return &txnSession{s: s, inputs: inputs, endTimeout: endTimeout}, nil
+	return &txnSession{s: s, group: group, inputs: inputs, endTimeout: endTimeout}, nil
 }
 
 func (t *txnSession) client() *kgo.Client { return t.s.Client() }
@@ -156,7 +169,7 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 		return Unknown, fmt.Errorf("unable to flush transaction: %w", err)
 	}
 	cl := t.s.Client()
-	uncommitted, committed := cl.UncommittedOffsets(), cl.CommittedOffsets()
+	uncommitted, committed := cl.UncommittedOffsets(), t.committed()
 	plans := make(map[string]map[int32]planned, len(t.inputs))
 	for _, in := range t.inputs {
 		plans[in] = planCommit(uncommitted[in], committed[in], pos[in])
@@ -174,10 +187,20 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 			commit = false
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.endTimeout)
+	before := t.committed()
+	endCtx, cancel := context.WithTimeout(ctx, t.endTimeout)
 	defer cancel()
-	done, err := t.s.End(ctx, kgo.TransactionEndTry(commit))
+	done, err := t.s.End(endCtx, kgo.TransactionEndTry(commit))
 	switch {
+	case err != nil && unconfirmed(err):
+		// The end's outcome is unconfirmed (the coordinator moved, a
+		// request timed out): end it for sure and learn it from the
+		// group's offsets, keeping the session and its partitions.
+		out, herr := t.heal(ctx, plans, uncommitted, before)
+		if herr != nil {
+			return Unknown, fmt.Errorf("unable to end transaction: %w; then unable to learn its outcome: %v", err, herr)
+		}
+		return out, fmt.Errorf("%w: ending the transaction failed (%v); its outcome, %v, was read from the group's offsets", errHealed, err, out)
 	case err != nil:
 		return Unknown, fmt.Errorf("unable to end transaction: %w", err)
 	case !done:
@@ -227,6 +250,28 @@ func applyPlan(req *kmsg.TxnOffsetCommitRequest, topic string, plan map[int32]pl
 }
 
 func (t *txnSession) allowRebalance() { t.s.AllowRebalance() }
+
+// committed is what the group has committed as far as this session knows:
+// franz-go's view, raised to what a healed end learned. Offsets only move
+// forward while a partition is owned, so the greater one is the newer.
+func (t *txnSession) committed() map[string]map[int32]kgo.EpochOffset {
+	c := t.s.Client().CommittedOffsets()
+	if c == nil {
+		c = make(map[string]map[int32]kgo.EpochOffset)
+	}
+	for topic, parts := range t.learned {
+		for p, at := range parts {
+			if cur, ok := c[topic][p]; ok && cur.Offset >= at.Offset {
+				continue
+			}
+			if c[topic] == nil {
+				c[topic] = make(map[int32]kgo.EpochOffset)
+			}
+			c[topic][p] = at
+		}
+	}
+	return c
+}
 
 // close leaves the group. It allows the rebalance first: after an End that
 // timed out, franz-go's group loop may be waiting for it, and Close would
@@ -325,6 +370,10 @@ func (p *plainSession) end(ctx context.Context, pos map[string]map[int32]positio
 func (p *plainSession) allowRebalance() { p.cl.AllowRebalance() }
 func (p *plainSession) close()          { p.cl.Close() }
 
+func (p *plainSession) committed() map[string]map[int32]kgo.EpochOffset {
+	return p.cl.CommittedOffsets()
+}
+
 func offsetCommitError(resp *kmsg.OffsetCommitResponse) error {
 	if resp == nil {
 		return nil
@@ -342,3 +391,162 @@ func offsetCommitError(resp *kmsg.OffsetCommitResponse) error {
 // errReplaceSession asks Run to close the session and make a new one: the
 // outcome of a transaction is unknown.
 var errReplaceSession = errors.New("fanout: session must be replaced")
+
+// unconfirmed reports whether err, from GroupTransactSession.End, leaves
+// the transaction's outcome unknown but the producer usable: a timeout, a
+// transport error, or a retriable Kafka error that outlived franz-go's
+// retries (the coordinator moving: NOT_COORDINATOR,
+// COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+// REQUEST_TIMED_OUT). A Kafka error that is a definite answer — the
+// producer fenced (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), not
+// authorized, a topic recreated under the transaction — is not: the
+// session is replaced, as a zombie's must be.
+func unconfirmed(err error) bool {
+	switch {
+	case errors.Is(err, kerr.UnknownTopicID):
+		return false // a topic recreated: see outputsCheck and the topology watch
+	case errors.Is(err, kerr.ConcurrentTransactions):
+		return true // another operation on the transaction outlived franz-go's retries
+	}
+	if ke, ok := errors.AsType[*kerr.Error](err); ok {
+		return ke.Retriable || ke.Code == kerr.UnknownServerError.Code
+	}
+	return true
+}
+
+// healBackoff is the first wait between two attempts of heal; it doubles
+// up to healBackoffMax.
+const (
+	healBackoff    = 50 * time.Millisecond
+	healBackoffMax = time.Second
+)
+
+// heal ends for sure a transaction whose end failed unconfirmed, and
+// learns from the group's committed offsets whether it committed. It
+// aborts (franz-go's documented retry: the producer ID is reloaded at its
+// epoch, which aborts whatever is still open and leaves a commit that
+// landed alone), then reads the offsets the group holds for what the
+// cycle planned, waiting for transactional commits still being written
+// (RequireStable). It retries both while the coordinator moves, for at
+// most endTimeout; past that, or on a definite error, the outcome stays
+// unknown and the session is replaced.
+//
+// plans is what the cycle asked to commit; head, the fetch positions
+// before the end (where consuming goes on when it committed); before, the
+// committed offsets before it. The outcome is Committed when every
+// planned partition holds its plan and at least one plan moved an offset,
+// Aborted when every one still holds its offset from before (or when no
+// plan moved an offset: then no signal was forwarded in the cycle, and its
+// outbox records, idempotent by key, are produced again), and Unknown
+// otherwise.
+func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planned, head, before map[string]map[int32]kgo.EpochOffset) (Outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.endTimeout)
+	defer cancel()
+	cl := t.s.Client()
+	wait := healBackoff
+	pause := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, healBackoffMax)
+		return nil
+	}
+	for {
+		err := cl.AbortBufferedRecords(ctx)
+		if err == nil {
+			err = cl.EndTransaction(ctx, kgo.TryAbort)
+		}
+		if err == nil {
+			break
+		}
+		if !unconfirmed(err) {
+			return Unknown, fmt.Errorf("unable to abort: %w", err)
+		}
+		if perr := pause(); perr != nil {
+			return Unknown, fmt.Errorf("unable to abort: %w", err)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	wait = healBackoff
+	for {
+		got, err := adm.FetchOffsets(kadm.RequireStable(ctx), t.group)
+		if err == nil {
+			err = got.Error()
+		}
+		if err == nil {
+			out := judgeHealed(plans, before, got)
+			switch out {
+			case Committed:
+				t.learn(plans)
+				// franz-go rewound consuming to what it thinks is
+				// committed; the held signals follow the poll head.
+				cl.SetOffsets(head)
+			case Unknown:
+				return Unknown, errors.New("the group's offsets match neither the cycle's plan nor what was committed before it")
+			}
+			return out, nil
+		}
+		if !unconfirmed(err) {
+			return Unknown, fmt.Errorf("unable to read the group's offsets: %w", err)
+		}
+		if perr := pause(); perr != nil {
+			return Unknown, fmt.Errorf("unable to read the group's offsets: %w", err)
+		}
+	}
+}
+
+// judgeHealed is heal's verdict from the offsets the group holds (got);
+// see heal.
+func judgeHealed(plans map[string]map[int32]planned, before map[string]map[int32]kgo.EpochOffset, got kadm.OffsetResponses) Outcome {
+	var asPlanned, asBefore, moved, n int
+	for topic, plan := range plans {
+		for p, pl := range plan {
+			n++
+			at := int64(-1)
+			var meta string
+			if o, ok := got.Lookup(topic, p); ok {
+				at, meta = o.At, o.Metadata
+			}
+			prev := int64(-1)
+			if b, ok := before[topic][p]; ok {
+				prev = b.Offset
+			}
+			if pl.at.Offset != prev {
+				moved++
+			}
+			switch {
+			case at == pl.at.Offset && (!pl.hasMeta || meta == pl.meta):
+				asPlanned++
+				if pl.at.Offset == prev {
+					asBefore++
+				}
+			case at == prev:
+				asBefore++
+			}
+		}
+	}
+	switch {
+	case moved > 0 && asPlanned == n:
+		return Committed
+	case asBefore == n:
+		return Aborted
+	}
+	return Unknown
+}
+
+// learn records the cycle's plans as committed: see txnSession.learned.
+func (t *txnSession) learn(plans map[string]map[int32]planned) {
+	if t.learned == nil {
+		t.learned = make(map[string]map[int32]kgo.EpochOffset)
+	}
+	for topic, plan := range plans {
+		if t.learned[topic] == nil {
+			t.learned[topic] = make(map[int32]kgo.EpochOffset)
+		}
+		for p, pl := range plan {
+			t.learned[topic][p] = pl.at
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The floor of a broker-fault scenario: what Kafka itself allows under the
+// same fault. Beside the processors, in the same run, a plain franz-go
+// exactly-once passthrough (a GroupTransactSession: a transactional
+// producer and a read_committed consumer, the processors' client settings)
+// copies the scenario's first input into a topic of its own, and a reader
+// of that topic measures its longest stall exactly as the processors' is
+// measured (stallMeter). The scenario's verdict on time is
+// stall <= floor + floorSlack.
+
+// floorSlack is how much longer than the floor a scenario's stall may be.
+const floorSlack = 3 * time.Second
+
+// floorCommitInterval is how long a passthrough transaction collects
+// records: the processor's default CommitInterval.
+const floorCommitInterval = 100 * time.Millisecond
+
+// floorRun is a running floor passthrough and its meter.
+type floorRun struct {
+	meter stallMeter
+	topic string
+	stop  func() // stops the passthrough and its reader, and waits for them
+}
+
+// startFloor creates the floor's output topic and starts the passthrough
+// from r's first input into it, and its reader; the meter starts now.
+func (r *scenarioRun) startFloor(ctx context.Context) (*floorRun, error) {
+	o := r.h.o
+	f := &floorRun{topic: string(r.set.Cohort) + ".floor"}
+	configs := make(map[string]*string)
+	for _, s := range r.set.Specs() {
+		if s.Topic == r.set.Cohort {
+			for k, v := range s.Configs {
+				configs[k] = kadm.StringPtr(v)
+			}
+		}
+	}
+	resp, err := r.h.adm.CreateTopic(ctx, int32(o.partitions), r.h.replication(), configs, f.topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return nil, fmt.Errorf("floor: unable to create topic %s: %w", f.topic, err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{}, 2)
+	f.meter.start(time.Now())
+	go func() {
+		defer func() { done <- struct{}{} }()
+		_ = watchOutput(fctx, r.h.brokers, f.topic, &f.meter)
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		if err := passthrough(fctx, r.h.brokers, r.group+"-floor", r.group+"-floor", string(r.set.Signals), f.topic, o.sessionTimeout, r.logf); err != nil {
+			r.logf("floor: the passthrough stopped: %v", err)
+		}
+	}()
+	f.stop = func() {
+		cancel()
+		<-done
+		<-done
+		if !o.keep {
+			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_, _ = r.h.adm.DeleteTopics(cctx, f.topic)
+			_, _ = r.h.adm.DeleteGroup(cctx, r.group+"-floor")
+			ccancel()
+		}
+	}
+	return f, nil
+}
+
+// floorEndTimeout bounds one End, as the processor's (its minimum, 10s).
+func floorEndTimeout(session time.Duration) time.Duration { return max(session, 10*time.Second) }
+
+// passthrough copies topic in to out exactly once until ctx ends: cycles
+// of floorCommitInterval, each a transaction that commits the consumed
+// offsets with the copies. An end that fails is retried in place as an
+// abort (franz-go's documented retry), and only when that fails too is the
+// session replaced. Copies keep key, value, headers and timestamp.
+func passthrough(ctx context.Context, brokers []string, group, txnID, in, out string, session time.Duration, logf func(string, ...any)) error {
+	endTimeout := floorEndTimeout(session)
+	for ctx.Err() == nil {
+		s, err := kgo.NewGroupTransactSession(
+			kgo.SeedBrokers(brokers...),
+			kgo.ClientID("cohortgate-floor"),
+			kgo.TransactionalID(txnID),
+			kgo.ConsumerGroup(group),
+			kgo.ConsumeTopics(in),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.RequiredAcks(kgo.AllISRAcks()),
+			kgo.SessionTimeout(session),
+			kgo.RebalanceTimeout(endTimeout+5*time.Second),
+		)
+		if err != nil {
+			return err
+		}
+		err = passCycles(ctx, s, out, endTimeout)
+		s.CloseAllowingRebalance()
+		if err != nil && ctx.Err() == nil {
+			logf("floor: replacing the passthrough's session: %v", err)
+		}
+	}
+	return nil
+}
+
+// passCycles runs transactions on s until ctx ends or one cannot end.
+func passCycles(ctx context.Context, s *kgo.GroupTransactSession, out string, endTimeout time.Duration) error {
+	work := context.WithoutCancel(ctx)
+	for ctx.Err() == nil {
+		if err := s.Begin(); err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		deadline := time.Now().Add(floorCommitInterval)
+		for ctx.Err() == nil && time.Now().Before(deadline) {
+			pctx, cancel := context.WithDeadline(ctx, deadline)
+			fs := s.PollRecords(pctx, 10000)
+			cancel()
+			if fs.IsClientClosed() {
+				return errors.New("client closed")
+			}
+			fs.EachRecord(func(rec *kgo.Record) {
+				s.Produce(work, &kgo.Record{Topic: out, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}, nil)
+			})
+		}
+		ectx, cancel := context.WithTimeout(work, endTimeout)
+		_, err := s.End(ectx, kgo.TryCommit)
+		cancel()
+		if err != nil {
+			if aerr := abortInPlace(work, s.Client(), endTimeout); aerr != nil {
+				return fmt.Errorf("end: %w; then abort: %v", err, aerr)
+			}
+		}
+		s.AllowRebalance()
+	}
+	return nil
+}
+
+// abortInPlace retries, for at most bound, the abort franz-go documents
+// after an End that failed.
+func abortInPlace(ctx context.Context, cl *kgo.Client, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		err := cl.AbortBufferedRecords(ctx)
+		if err == nil {
+			err = cl.EndTransaction(ctx, kgo.TryAbort)
+		}
+		if err == nil {
+			return nil
+		}
+		if ke, ok := errors.AsType[*kerr.Error](err); ok && !ke.Retriable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// floorLine is r's stall beside its floor, and the verdict on time; empty
+// for a scenario without a floor.
+func (r result) floorLine() string {
+	if r.floor == nil {
+		return ""
+	}
+	f := r.floor
+	if f.arrivals == 0 {
+		return "floor: the passthrough copied nothing (no verdict on time)"
+	}
+	verdict := "met"
+	if r.stall.longest > f.longest+floorSlack {
+		verdict = "NOT met"
+	}
+	return fmt.Sprintf("stall %.1fs, floor %.1fs (plain exactly-once passthrough, same fault; first copy %.1fs after the load began): stall <= floor + %v %s",
+		r.stall.longest.Seconds(), f.longest.Seconds(), f.first.Seconds(), floorSlack, verdict)
+}
+
+// floorFirstWait bounds how long the faults wait for the floor's first
+// copy.
+const floorFirstWait = 60 * time.Second
+
+// waitFirst waits until the floor's reader has seen a copy, or d passes.
+func (f *floorRun) waitFirst(ctx context.Context, d time.Duration, logf func(string, ...any)) {
+	start := time.Now()
+	err := eventually(ctx, d, func() error {
+		if f.meter.count() == 0 {
+			return errors.New("no copy yet")
+		}
+		return nil
+	})
+	if err != nil {
+		logf("floor: no copy within %v; the faults begin all the same", d)
+		return
+	}
+	logf("floor: first copy visible after %v; the faults begin", time.Since(start).Round(time.Millisecond))
+}
