@@ -114,9 +114,11 @@ func KafkaHooks(hooks func(clientID string) []kgo.Hook) Opt {
 }
 
 // Unclaimed bounds how many of the answers it read the receipt watcher
-// keeps for waits that come later (default [DefaultUnclaimed], about 1 kB
-// each): a wait for a command whose answer was forgotten is served by a
-// scan of the changelog of its own, slower but as exact.
+// keeps for waits that come later (default [DefaultUnclaimed]; each costs
+// its changelog record's value, a few hundred bytes, and about 50 more,
+// and the record decoded, about 1 kB, until a wait claims it): a wait for
+// a command whose answer was forgotten is served by a scan of the
+// changelog of its own, slower but as exact.
 func Unclaimed(n int) Opt {
 	return opt(func(c *cfg) { c.unclaimed = n })
 }
