@@ -115,6 +115,12 @@ func (w *waiter) complete(c *Client, a answer, err error) {
 
 // watchContext ends the wait when ctx does, unless it is answered first.
 func (w *waiter) watchContext(ctx context.Context, f func()) {
+	w.mu.Lock()
+	finished := w.finished
+	w.mu.Unlock()
+	if finished {
+		return // answered at once, from an answer kept
+	}
 	stop := context.AfterFunc(ctx, f)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -289,17 +295,20 @@ func (w *watcher) remove(wt *waiter) {
 	first := w.waiters[k]
 	switch {
 	case first == nil:
+		return // answered, or failed: its chain is no longer the watcher's
 	case first == wt && wt.next == nil:
 		delete(w.waiters, k)
 	case first == wt:
 		w.waiters[k] = wt.next
 	default:
-		for x := first; x.next != nil; x = x.next {
-			if x.next == wt {
-				x.next = wt.next
-				break
-			}
+		x := first
+		for x.next != nil && x.next != wt {
+			x = x.next
 		}
+		if x.next != wt {
+			return
+		}
+		x.next = wt.next
 	}
 	wt.next = nil
 }
@@ -388,13 +397,16 @@ func (w *watcher) keep(k key, a answer, r *kgo.Record, claimed bool) {
 // also fails those that come later.
 func (w *watcher) failAll(err error) {
 	w.mu.Lock()
-	all := w.waiters
+	var all []*waiter
+	for _, wt := range w.waiters {
+		for ; wt != nil; wt = wt.next {
+			all = append(all, wt)
+		}
+	}
 	w.waiters = make(map[key]*waiter)
 	w.mu.Unlock()
 	for _, wt := range all {
-		for ; wt != nil; wt = wt.next {
-			wt.complete(w.c, answer{}, err)
-		}
+		wt.complete(w.c, answer{}, err)
 	}
 }
 
