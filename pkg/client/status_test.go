@@ -205,3 +205,43 @@ func TestStatusReadersBounded(t *testing.T) {
 		t.Errorf("%d readers open after Close", readers.open)
 	}
 }
+
+// TestStatusReaderAfterDeadline: a Status call that ends by its context
+// gives back no reader in an unknown state: the next calls answer right,
+// on at most Scans readers open, and none is left open after Close.
+func TestStatusReaderAfterDeadline(t *testing.T) {
+	brokers := processor(t)
+	var readers openReaders
+	c := newClient(t, client.Brokers(brokers...), client.Scans(1), client.KafkaHooks(statusReaders(&readers)))
+	ctx := timeout(t, 60*time.Second)
+	p, err := c.Leave(ctx, 9200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitReceipt(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		short, cancel := context.WithTimeout(ctx, time.Millisecond)
+		if _, err := c.Status(short, 9200); err == nil {
+			t.Logf("call %d answered within 1ms", i)
+		}
+		cancel()
+		rec, err := c.Status(ctx, 9200)
+		if err != nil || rec.Status != "left" {
+			t.Fatalf("status after a call cut short: %s, %v", asJSON(rec), err)
+		}
+	}
+	readers.mu.Lock()
+	most := readers.most
+	readers.mu.Unlock()
+	if most > 1 {
+		t.Errorf("%d readers open at once, want at most Scans(1)", most)
+	}
+	c.Close()
+	readers.mu.Lock()
+	defer readers.mu.Unlock()
+	if readers.open != 0 {
+		t.Errorf("%d readers open after Close", readers.open)
+	}
+}
