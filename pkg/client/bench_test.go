@@ -2,8 +2,10 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,4 +201,86 @@ func BenchmarkForgottenReceipts(b *testing.B) {
 		b.ReportMetric(float64(n)/took.Seconds(), "receipts/s")
 		b.ReportMetric(float64(most), "readers-open")
 	}
+}
+
+// BenchmarkTrack: a fresh client's watcher tracks the receipts of N
+// leaves already applied (COHORTGATE_BENCH_LEAVES, default 20000), once
+// per iteration (-benchtime=3x: three rounds on the same leaves), and
+// reports the median receipts/s. The leaves are published and applied
+// before the timer starts; with COHORTGATE_BENCH_SENT=FILE they are
+// written there, and read back instead of published again when FILE
+// exists, so that two builds can track the same receipts. Run it as
+// BenchmarkBulk is, against brokers with a processor running.
+func BenchmarkTrack(b *testing.B) {
+	brokers, stop, err := benchBrokers()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	n := 20000
+	if s := os.Getenv("COHORTGATE_BENCH_LEAVES"); s != "" {
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			b.Fatalf("COHORTGATE_BENCH_LEAVES=%q: want a positive count", s)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	sent := benchSent(b, ctx, brokers, n, os.Getenv("COHORTGATE_BENCH_SENT"))
+	var rates []float64
+	for b.Loop() {
+		c, err := client.New(client.Brokers(brokers...), client.Unclaimed(2*len(sent)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		waitAll(b, ctx, c, sent)
+		took := time.Since(t0)
+		c.Close()
+		rates = append(rates, float64(len(sent))/took.Seconds())
+		b.Logf("round %d: %d receipts tracked by a fresh watcher in %v (%.0f/s)", len(rates), len(sent), took.Round(time.Millisecond), rates[len(rates)-1])
+	}
+	slices.Sort(rates)
+	b.ReportMetric(rates[len(rates)/2], "tracked/s")
+}
+
+// benchSent returns n leaves published and applied, read from file when
+// it exists, else published (and written to file when it is not "").
+func benchSent(b *testing.B, ctx context.Context, brokers []string, n int, file string) []client.Published {
+	b.Helper()
+	if file != "" {
+		if data, err := os.ReadFile(file); err == nil {
+			var sent []client.Published
+			if err := json.Unmarshal(data, &sent); err != nil {
+				b.Fatalf("%s: %v", file, err)
+			}
+			return sent
+		}
+	}
+	c, err := client.New(client.Brokers(brokers...), client.Unclaimed(2*n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	base := uint64(time.Now().UnixMilli()) * 1000000
+	reqs := make([]client.Request, n)
+	for i := range reqs {
+		reqs[i] = client.Request{Op: topics.Leave, UserID: base + uint64(i)}
+	}
+	var sent []client.Published
+	for _, r := range c.ApplyBatch(ctx, reqs) {
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		sent = append(sent, r.Published)
+	}
+	if file != "" {
+		data, err := json.Marshal(sent)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return sent
 }

@@ -28,12 +28,13 @@ type Client struct {
 	topics topics.Set
 	now    func() time.Time
 
-	unclaimed  int
-	scans      *scans // the receipts the watcher cannot serve
-	hooks      []Hook
-	kafkaHooks func(clientID string) []kgo.Hook
-	clientID   string
-	readers    atomic.Uint64 // readers made, to name each
+	unclaimed     int
+	scans         *scans // the receipts the watcher cannot serve
+	statusReaders *readerPool
+	hooks         []Hook
+	kafkaHooks    func(clientID string) []kgo.Hook
+	clientID      string
+	readers       atomic.Uint64 // readers made, to name each
 
 	mu struct {
 		sync.Mutex
@@ -101,11 +102,12 @@ func Hooks(hs ...Hook) Opt {
 
 // KafkaHooks gives franz-go hooks (a kprom.Metrics, say) to every Kafka
 // client the Client makes: the producer New builds, the receipt watcher,
-// and the reader each [Client.Status] or scanning [Client.WaitReceipt]
-// makes. hooks is called once per client, before it is made, with the
-// client id it will have — the base id (KafkaOpts' kgo.ClientID, or
-// "cohortgate-client"), "-receipts" for the watcher and "-read-N" for the
-// N-th reader — and returns that client's hooks: a plugin such as kprom,
+// the readers [Client.Status] keeps and the reader each scanning
+// [Client.WaitReceipt] makes. hooks is called once per client, before it
+// is made, with the client id it will have — the base id (KafkaOpts'
+// kgo.ClientID, or "cohortgate-client"), "-receipts" for the watcher,
+// "-status-N" for Status's N-th reader and "-read-N" for the N-th scan's
+// reader — and returns that client's hooks: a plugin such as kprom,
 // made for one client, gets one instance each (kprom.WithClientLabel
 // tells them apart; a closed client's collectors are unregistered). A
 // caller's [KafkaClient] keeps its own hooks; its readers get these.
@@ -114,9 +116,11 @@ func KafkaHooks(hooks func(clientID string) []kgo.Hook) Opt {
 }
 
 // Unclaimed bounds how many of the answers it read the receipt watcher
-// keeps for waits that come later (default [DefaultUnclaimed], about 1 kB
-// each): a wait for a command whose answer was forgotten is served by a
-// scan of the changelog of its own, slower but as exact.
+// keeps for waits that come later (default [DefaultUnclaimed]; each costs
+// its changelog record's value, a few hundred bytes, and about 50 more,
+// and the record decoded, about 1 kB, until a wait claims it): a wait for
+// a command whose answer was forgotten is served by a scan of the
+// changelog of its own, slower but as exact.
 func Unclaimed(n int) Opt {
 	return opt(func(c *cfg) { c.unclaimed = n })
 }
@@ -224,6 +228,7 @@ func New(opts ...Opt) (*Client, error) {
 
 	cl := &Client{cl: c.kafka, topics: c.topics, now: c.now, unclaimed: c.unclaimed, hooks: c.hooks, kafkaHooks: c.kafkaHooks}
 	cl.scans = newScans(cl, c.scans)
+	cl.statusReaders = newReaderPool(cl, c.scans)
 	cl.mu.partitions = make(map[topics.Topic]int)
 	cl.mu.byKey = kgo.StickyKeyPartitioner(nil).ForTopic("")
 	if c.kafka != nil {
@@ -279,8 +284,9 @@ func readerOpts(cl *kgo.Client) ([]kgo.Opt, string) {
 	return opts, id
 }
 
-// Close stops the receipt watcher and the scans, failing the waits still open, and
-// closes the client New built; a caller's client stays open. Publishes
+// Close stops the receipt watcher and the scans, failing the waits still
+// open, closes the readers [Client.Status] keeps, and closes the client
+// New built; a caller's client stays open. Publishes
 // and waits after Close fail.
 func (c *Client) Close() {
 	c.mu.Lock()
@@ -291,6 +297,7 @@ func (c *Client) Close() {
 		w.close()
 	}
 	c.scans.close()
+	c.statusReaders.close()
 	if c.own {
 		c.cl.Close()
 	}

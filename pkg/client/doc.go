@@ -99,7 +99,8 @@
 // ([Unclaimed]), or a misrouted one is looked for by a scan: at most
 // [Scans] readers at once, the waits queued for them sharing the next.
 // [Client.Status] reads every changelog partition and returns the user's
-// record that follows its latest command.
+// record that follows its latest command, on readers its calls share (at
+// most [Scans], kept between calls).
 //
 // # In bulk
 //

@@ -89,18 +89,17 @@ func (c *Client) WaitReceipt(ctx context.Context, p Published) (topics.MemberRec
 // as exact and slower: on one of at most [Scans] readers, which the
 // waits queued for it share.
 func (c *Client) ReceiptAsync(ctx context.Context, p Published, done func(topics.MemberRecord, error)) {
-	what := describe(p)
 	if err := receiptable(p); err != nil {
-		err = fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
+		err = fmt.Errorf("client: WaitReceipt of %s: %w", describe(p), err)
 		c.onReceipt(p, err, 0)
 		done(topics.MemberRecord{}, err)
 		return
 	}
 	start := time.Now()
-	ctx, cancel := bounded(ctx)
 	// A scan queues for one of the client's few readers (Scans): a reader
 	// per wait, at a million forgotten answers, held tens of GB.
 	scan := func(single bool) {
+		ctx, cancel := bounded(ctx)
 		c.scans.add(&scanJob{ctx: ctx, p: p, single: single, done: func(rec topics.MemberRecord, err error) {
 			cancel()
 			c.onReceipt(p, err, time.Since(start))
@@ -115,8 +114,7 @@ func (c *Client) ReceiptAsync(ctx context.Context, p Published, done func(topics
 	}
 	w, err := c.watch(ctx, p.Timestamp)
 	if err != nil {
-		cancel()
-		err = fmt.Errorf("client: WaitReceipt of %s: %w", what, err)
+		err = fmt.Errorf("client: WaitReceipt of %s: %w", describe(p), err)
 		c.onReceipt(p, err, 0)
 		done(topics.MemberRecord{}, err)
 		return
@@ -125,19 +123,26 @@ func (c *Client) ReceiptAsync(ctx context.Context, p Published, done func(topics
 		scan(false)
 		return
 	}
+	// A context of its own only for a deadline of its own: each is an
+	// entry in its parent's children, held until the answer comes.
+	cancel := func() {}
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, DefaultWait)
+	}
 	wt := &waiter{p: p, since: start}
 	wt.done = func(rec topics.MemberRecord, err error) {
-		cancel() // ends the AfterFunc below, which then finds wt completed
+		cancel()
 		done(rec, err)
 	}
 	if !w.add(wt) {
+		cancel()
 		scan(false)
 		return
 	}
-	context.AfterFunc(ctx, func() {
+	wt.watchContext(ctx, func() {
 		w.remove(wt)
 		wt.complete(c, answer{}, fmt.Errorf("client: no receipt for the %s on %s yet (is the processor running?): %w",
-			what, c.topics.Changelog, context.Cause(ctx)))
+			describe(p), c.topics.Changelog, context.Cause(ctx)))
 	})
 }
 

@@ -19,7 +19,8 @@ const DefaultScans = 4
 // Scans bounds how many readers of their own, at once, look for the
 // receipts the receipt watcher cannot serve: a command stamped before the
 // watcher's start, one whose answer it has forgotten ([Unclaimed]), or a
-// misrouted one (default [DefaultScans]). The waits beyond the bound queue,
+// misrouted one (default [DefaultScans]); [Client.Status] keeps as many
+// readers of its own, shared by its calls. The waits beyond the bound queue,
 // a few hundred bytes each, until a reader is free or their context ends;
 // the queued waits for commands in their key's partition share the next
 // free reader, which reads from the earliest of their timestamps on.

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,7 +32,9 @@ import (
 // A record that names no command is placed, as a last resort, after the
 // record read before it in its own partition. Its cost grows with the
 // users of the changelog; the topic is compacted, so about one record
-// each. For frequent look-ups ask the processor that owns the user's
+// each. The client's readers for Status are shared by its calls and kept
+// between them: at most [Scans] at once, the calls beyond waiting for one
+// (within ctx). For frequent look-ups ask the processor that owns the user's
 // partition (GET /v1/members/{user_id}), which answers from its store.
 func (c *Client) Status(ctx context.Context, userID uint64) (topics.MemberRecord, error) {
 	ctx, cancel := bounded(ctx)
@@ -51,14 +55,14 @@ func (c *Client) Status(ctx context.Context, userID uint64) (topics.MemberRecord
 	if len(from) == 0 {
 		return latest, nil
 	}
-	rd, err := c.reader("",
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{string(topic): from}),
-		kgo.KeepControlRecords(), // the last offset below the end may be a transaction marker
-	)
+	rd, err := c.statusReaders.get(ctx)
 	if err != nil {
 		return latest, fmt.Errorf("client: status of user %d: %w", userID, err)
 	}
-	defer rd.Close()
+	reading := slices.Collect(maps.Keys(from))
+	rd.AddConsumePartitions(map[string]map[int32]kgo.Offset{string(topic): from})
+	clean := false // read to its end: the reader can serve the next call
+	defer func() { c.statusReaders.put(rd, clean, map[string][]int32{string(topic): reading}) }()
 	var best recordOrder
 	found := false
 	last := make(map[int32]recordOrder) // per partition, the order of the user's last record read
@@ -97,7 +101,87 @@ func (c *Client) Status(ctx context.Context, userID uint64) (topics.MemberRecord
 			return latest, decodeErr
 		}
 	}
+	clean = true
 	return latest, nil
+}
+
+// readerPool lends [Client.Status] its readers of the changelog: at most
+// max at once, kept between calls, each made at the first call that finds
+// none idle. A reader is lent with nothing to consume; the borrower adds
+// the partitions it reads and gives them back with it. A reader whose
+// read did not end cleanly (a deadline, an error) is closed, not kept.
+type readerPool struct {
+	c     *Client
+	lends chan struct{} // a token per reader lent; its capacity is max
+
+	mu     sync.Mutex
+	idle   []*kgo.Client
+	made   int
+	closed bool
+}
+
+func newReaderPool(c *Client, max int) *readerPool {
+	return &readerPool{c: c, lends: make(chan struct{}, max)}
+}
+
+// get lends a reader, waiting for one to be free until ctx ends.
+func (p *readerPool) get(ctx context.Context) (*kgo.Client, error) {
+	select {
+	case p.lends <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for one of the client's %d readers: %w", cap(p.lends), context.Cause(ctx))
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.lends
+		return nil, fmt.Errorf("the client is closed")
+	}
+	if n := len(p.idle); n > 0 {
+		rd := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return rd, nil
+	}
+	p.made++
+	role := "status-" + strconv.Itoa(p.made)
+	p.mu.Unlock()
+	// KeepControlRecords: the last offset below the end may be a
+	// transaction marker, which Status must see to know it is done.
+	rd, err := p.c.reader(role, kgo.KeepControlRecords())
+	if err != nil {
+		<-p.lends
+		return nil, err
+	}
+	return rd, nil
+}
+
+// put takes rd back, which consumed read: kept for the next call when
+// clean, closed otherwise or once the client is closed.
+func (p *readerPool) put(rd *kgo.Client, clean bool, read map[string][]int32) {
+	defer func() { <-p.lends }()
+	if clean {
+		rd.RemoveConsumePartitions(read) // drops what it fetched beyond the end
+		p.mu.Lock()
+		if !p.closed {
+			p.idle = append(p.idle, rd)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+	rd.Close()
+}
+
+// close closes the idle readers; one lent is closed when it comes back.
+func (p *readerPool) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	for _, rd := range idle {
+		rd.Close()
+	}
 }
 
 // recordOrder is where a changelog record stands among its user's

@@ -2,7 +2,10 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,5 +131,117 @@ func TestStatusOrder(t *testing.T) {
 	rec, err := c.Status(context.Background(), user)
 	if err != nil || rec.Command == nil || rec.Command.RequestID != "latest" {
 		t.Fatalf("Status = %s, %v; want the record following offset 4 under 3 partitions", asJSON(rec), err)
+	}
+}
+
+// statusReaders counts the Kafka clients made for reading ("-status-N"
+// or "-read-N"), and the most open at once, through franz-go's hooks.
+func statusReaders(r *openReaders) func(string) []kgo.Hook {
+	return func(id string) []kgo.Hook {
+		if !strings.Contains(id, "-status-") && !strings.Contains(id, "-read-") {
+			return nil
+		}
+		return []kgo.Hook{readerHook{r}}
+	}
+}
+
+// TestStatusReadersBounded: many Status calls, at once and one after
+// another, share the client's readers — at most Scans of them, kept
+// between calls — instead of a Kafka client each, and each answers its
+// own user.
+func TestStatusReadersBounded(t *testing.T) {
+	brokers := processor(t)
+	var readers openReaders
+	c := newClient(t, client.Brokers(brokers...), client.Scans(2), client.KafkaHooks(statusReaders(&readers)))
+	ctx := timeout(t, 60*time.Second)
+	const users = 8
+	for i := range users {
+		p, err := c.Leave(ctx, uint64(9100+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WaitReceipt(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const calls = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, calls)
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			user := uint64(9100 + i%(users+1)) // the last one never left
+			rec, err := c.Status(ctx, user)
+			switch {
+			case err != nil:
+				errs <- err
+			case rec.UserID != user || (rec.Status == "left") != (user < 9100+users):
+				errs <- fmt.Errorf("status of %d: %s", user, asJSON(rec))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range users {
+		if rec, err := c.Status(ctx, uint64(9100+i)); err != nil || rec.Status != "left" {
+			t.Fatalf("status of %d after the others: %s, %v", 9100+i, asJSON(rec), err)
+		}
+	}
+	readers.mu.Lock()
+	made, most := readers.made, readers.most
+	readers.mu.Unlock()
+	t.Logf("%d Status calls: %d readers made, at most %d open at once", calls+users, made, most)
+	if made > 2 || most > 2 {
+		t.Errorf("%d Status calls made %d readers, %d open at once; want at most Scans(2), kept between calls", calls+users, made, most)
+	}
+	c.Close()
+	readers.mu.Lock()
+	defer readers.mu.Unlock()
+	if readers.open != 0 {
+		t.Errorf("%d readers open after Close", readers.open)
+	}
+}
+
+// TestStatusReaderAfterDeadline: a Status call that ends by its context
+// gives back no reader in an unknown state: the next calls answer right,
+// on at most Scans readers open, and none is left open after Close.
+func TestStatusReaderAfterDeadline(t *testing.T) {
+	brokers := processor(t)
+	var readers openReaders
+	c := newClient(t, client.Brokers(brokers...), client.Scans(1), client.KafkaHooks(statusReaders(&readers)))
+	ctx := timeout(t, 60*time.Second)
+	p, err := c.Leave(ctx, 9200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitReceipt(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		short, cancel := context.WithTimeout(ctx, time.Millisecond)
+		if _, err := c.Status(short, 9200); err == nil {
+			t.Logf("call %d answered within 1ms", i)
+		}
+		cancel()
+		rec, err := c.Status(ctx, 9200)
+		if err != nil || rec.Status != "left" {
+			t.Fatalf("status after a call cut short: %s, %v", asJSON(rec), err)
+		}
+	}
+	readers.mu.Lock()
+	most := readers.most
+	readers.mu.Unlock()
+	if most > 1 {
+		t.Errorf("%d readers open at once, want at most Scans(1)", most)
+	}
+	c.Close()
+	readers.mu.Lock()
+	defer readers.mu.Unlock()
+	if readers.open != 0 {
+		t.Errorf("%d readers open after Close", readers.open)
 	}
 }
