@@ -71,7 +71,7 @@ func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
 	var progress []fanout.RestoreProgressInfo
 	take := func(replay bool) (map[uint64][]byte, []fanout.HandoverInfo) {
 		cfg := e.config()
-		cfg.HandoverReplay = replay
+		cfg.Testing.HandoverReplay = replay
 		var mu sync.Mutex
 		var hs []fanout.HandoverInfo
 		cfg.EventListener.Handover = func(i fanout.HandoverInfo) {

@@ -43,7 +43,7 @@ func TestOpenCommandTransactionHoldsSignals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 1)
 			cfg := e.config()
-			cfg.UnsafeObserveLSO = tc.lso
+			cfg.Testing.UnsafeObserveLSO = tc.lso
 			pr := e.start(t.TempDir(), cfg)
 			pr.waitReady(t, 1)
 
@@ -149,7 +149,7 @@ func TestLateLeaveWindowSurvivesHandover(t *testing.T) {
 			}
 
 			cfg := e.config()
-			cfg.UnsafeNoWindowRecovery = tc.noRecovery
+			cfg.Testing.UnsafeNoWindowRecovery = tc.noRecovery
 			b := e.start(t.TempDir(), cfg) // a new owner with nothing on disk
 			b.waitReady(t, 1)
 			e.command(topics.Rejoin, user, time.Now())

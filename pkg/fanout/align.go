@@ -259,7 +259,7 @@ type aligner struct {
 	clk      *clock
 	topic    string
 	// lso observes the last stable offset instead of the high watermark:
-	// Config.UnsafeObserveLSO.
+	// Config.Testing.UnsafeObserveLSO.
 	lso bool
 	// suspectFor is suspectFor, but in tests.
 	suspectFor time.Duration

@@ -108,7 +108,7 @@ func newCommandsStateOn(t testing.TB, args map[string]string, dir string, opts *
 	st.a = &applier{cfg: &cfg, store: store, gate: gate.New(), claims: &claims{}, outbox: &outbox{store: store},
 		ev: ev, partitions: partitions, kp: newKeyPartition(),
 		recover: &recoverer{src: st.source, store: store, ev: ev, log: cfg.Logger, topic: cfg.Topics.Changelog,
-			skip: cfg.UnsafeNoWindowRecovery}}
+			skip: cfg.Testing.UnsafeNoWindowRecovery}}
 	return st
 }
 

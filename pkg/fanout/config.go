@@ -109,46 +109,9 @@ type Config struct {
 	// franz-go's default (45s).
 	SessionTimeout time.Duration
 
-	// UnsafeSkipCommands starts every newly owned commands partition at its
-	// end instead of at the store's checkpoint, as if the commands were
-	// lost. It exists only so that a chaos control run can prove that its
-	// verifier sees leaked signals; never set it otherwise.
-	UnsafeSkipCommands bool
-	// UnsafeObserveLSO aligns signals with the commands partitions' last
-	// stable offset instead of their high watermark, so that a leave
-	// acknowledged behind a transaction left open does not hold the
-	// signals it must stop. It exists only so that a chaos control run can
-	// prove that its verifier sees the leak; never set it otherwise.
-	UnsafeObserveLSO bool
-	// UnsafeNoWindowRecovery skips reading the changelog for late-leave
-	// windows when a partition is taken over, so that an earlier owner's
-	// windows vanish from the records this instance writes. It exists only
-	// so that a chaos control run can prove that its verifier sees
-	// missing windows; never set it otherwise.
-	UnsafeNoWindowRecovery bool
-	// UnsafeRestoreWithoutIdentities drops the command identities of the
-	// users a new owner restores from the changelog (handover.go), so
-	// that a command delivered again after the handover is applied as a
-	// new one (rule C5 broken). It exists only so that a control run can
-	// prove that a restore must carry them; never set it otherwise.
-	UnsafeRestoreWithoutIdentities bool
-	// UnsafeIgnoreTopology keeps a run going under the partition counts
-	// it found at start when the topics grow: no watcher compares them
-	// with that layout (topology.go), the commands' observations do not
-	// check their count (align.go), and a claim of an input partition
-	// beyond it is taken instead of ending the run. The processor then
-	// does what it did before it tracked its layout: commands produced to
-	// a new partition are read by nobody while the inputs have not grown,
-	// and their users' signals are forwarded. It exists only so that a
-	// chaos control run can prove that its verifier sees the leak; never
-	// set it otherwise.
-	UnsafeIgnoreTopology bool
-
-	// HandoverReplay makes a new owner with no state for a partition
-	// replay its commands from offset 0, as if the changelog could not be
-	// trusted, instead of restoring the partition's users from their
-	// changelog records (handover.go). For comparisons and benchmarks.
-	HandoverReplay bool
+	// Testing holds knobs for tests, the chaos harness's control runs and
+	// benchmarks; never set them in production.
+	Testing Testing
 
 	// RestoreParallel is how many partitions restore from the changelog
 	// side by side on a new owner (handover.go): each reads with a
@@ -344,4 +307,51 @@ func (c *Config) Validate() error {
 		bad("StallHalt: %v must be at least StallTimeout (%v), or NoStallHalt", c.StallHalt, c.StallTimeout)
 	}
 	return errors.Join(errs...)
+}
+
+// Testing groups the knobs of Config that no deployment sets, as Pebble
+// groups its Experimental options: each Unsafe knob breaks a promise on
+// purpose, so that a control run can prove its verifier sees the break,
+// and HandoverReplay takes another path for a comparison.
+type Testing struct {
+	// UnsafeSkipCommands starts every newly owned commands partition at its
+	// end instead of at the store's checkpoint, as if the commands were
+	// lost. It exists only so that a chaos control run can prove that its
+	// verifier sees leaked signals; never set it otherwise.
+	UnsafeSkipCommands bool
+	// UnsafeObserveLSO aligns signals with the commands partitions' last
+	// stable offset instead of their high watermark, so that a leave
+	// acknowledged behind a transaction left open does not hold the
+	// signals it must stop. It exists only so that a chaos control run can
+	// prove that its verifier sees the leak; never set it otherwise.
+	UnsafeObserveLSO bool
+	// UnsafeNoWindowRecovery skips reading the changelog for late-leave
+	// windows when a partition is taken over, so that an earlier owner's
+	// windows vanish from the records this instance writes. It exists only
+	// so that a chaos control run can prove that its verifier sees
+	// missing windows; never set it otherwise.
+	UnsafeNoWindowRecovery bool
+	// UnsafeRestoreWithoutIdentities drops the command identities of the
+	// users a new owner restores from the changelog (handover.go), so
+	// that a command delivered again after the handover is applied as a
+	// new one (rule C5 broken). It exists only so that a control run can
+	// prove that a restore must carry them; never set it otherwise.
+	UnsafeRestoreWithoutIdentities bool
+	// UnsafeIgnoreTopology keeps a run going under the partition counts
+	// it found at start when the topics grow: no watcher compares them
+	// with that layout (topology.go), the commands' observations do not
+	// check their count (align.go), and a claim of an input partition
+	// beyond it is taken instead of ending the run. The processor then
+	// does what it did before it tracked its layout: commands produced to
+	// a new partition are read by nobody while the inputs have not grown,
+	// and their users' signals are forwarded. It exists only so that a
+	// chaos control run can prove that its verifier sees the leak; never
+	// set it otherwise.
+	UnsafeIgnoreTopology bool
+
+	// HandoverReplay makes a new owner with no state for a partition
+	// replay its commands from offset 0, as if the changelog could not be
+	// trusted, instead of restoring the partition's users from their
+	// changelog records (handover.go). For comparisons and benchmarks.
+	HandoverReplay bool
 }

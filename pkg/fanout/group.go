@@ -95,7 +95,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 	}
 	mig := o.migration(seen)
 	var ends map[int32]int64
-	if len(mig.stale) > 0 || o.cfg.UnsafeSkipCommands {
+	if len(mig.stale) > 0 || o.cfg.Testing.UnsafeSkipCommands {
 		if ends, err = o.commandEnds(ctx); err != nil {
 			return nil
 		}
@@ -106,7 +106,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		if o.claims.get(part) != nil {
 			continue // claimed with another input's partition
 		}
-		if n := o.layout.partitions(); n > 0 && part >= n && !o.cfg.UnsafeIgnoreTopology {
+		if n := o.layout.partitions(); n > 0 && part >= n && !o.cfg.Testing.UnsafeIgnoreTopology {
 			// The group saw the inputs grow before the watcher did: the
 			// run ends, and the next one claims under the new count.
 			o.halt(&TopologyChangedError{Changes: []string{fmt.Sprintf(
@@ -119,7 +119,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			return nil
 		}
 		next := checkpoint
-		if end, ok := ends[part]; ok && end > next && o.cfg.UnsafeSkipCommands {
+		if end, ok := ends[part]; ok && end > next && o.cfg.Testing.UnsafeSkipCommands {
 			o.cfg.Logger.Warn("UNSAFE: skipping commands", "partition", part, "from", next, "to", end)
 			next = end
 		}
@@ -128,7 +128,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		// applied them, since a record whose claim was revoked is dropped
 		// for the next owner to write; this instance may be that owner.
 		m, inherited := seen[part]
-		if m.judged < next && !o.cfg.UnsafeSkipCommands {
+		if m.judged < next && !o.cfg.Testing.UnsafeSkipCommands {
 			next = m.judged
 		}
 		c := newClaim(part, routes, now, next)
@@ -158,7 +158,7 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 			c.tailEnd = ends[part]
 		}
 		// UnsafeSkipCommands's control must forget the leaves: no restore.
-		c.restore = !hasCheckpoint && (c.judgedBelow > 0 || len(c.tails) > 0) && !o.cfg.UnsafeSkipCommands
+		c.restore = !hasCheckpoint && (c.judgedBelow > 0 || len(c.tails) > 0) && !o.cfg.Testing.UnsafeSkipCommands
 		c.prepared.Store(!c.restore && len(c.tails) == 0)
 		o.claims.put(c)
 		start[part] = kgo.NoResetOffset().At(next)

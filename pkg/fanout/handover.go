@@ -271,7 +271,7 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		// The commands topic was deleted and created again, or lost
 		// records: the changelog reflects commands it no longer has.
 		return fmt.Errorf("the commands partition ends at offset %d, below the judged offset %d", end, c.judgedBelow), nil
-	case a.cfg.HandoverReplay:
+	case a.cfg.Testing.HandoverReplay:
 		return errors.New("configured to replay (HandoverReplay)"), nil
 	case a.rec.skip:
 		return errors.New("late-leave window recovery is off (UnsafeNoWindowRecovery)"), nil
@@ -332,7 +332,7 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.write(ctx, view.restore, a.layoutParts, c.judgedBelow, a.cfg.UnsafeRestoreWithoutIdentities)
+			p.write(ctx, view.restore, a.layoutParts, c.judgedBelow, a.cfg.Testing.UnsafeRestoreWithoutIdentities)
 		}()
 	}
 	wg.Wait()

@@ -166,7 +166,7 @@ func TestHandoverSideBySideEqualsReplay(t *testing.T) {
 		changelogs[p] = &fakeChangelog{recs: first.applyAll(t, map[int32][]*kgo.Record{p: recs[p][:beyond]},
 			map[int32]int64{p: int64(beyond)})}
 
-		replay := newHandoverRunOf(t, changelogs[p], parts, func(c *Config) { c.HandoverReplay = true })
+		replay := newHandoverRunOf(t, changelogs[p], parts, func(c *Config) { c.Testing.HandoverReplay = true })
 		replay.claimOf(p, int64(tails[p]))
 		replay.applyAll(t, map[int32][]*kgo.Record{p: recs[p]}, map[int32]int64{p: ends[p]})
 		for u, d := range replay.exported(t) {

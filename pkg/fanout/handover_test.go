@@ -97,7 +97,7 @@ func newHandoverRunOn(t *testing.T, store *membership.Store, src windowSource, p
 	}}
 	ev.EnsureDefaults()
 	g := gate.New()
-	rec := &recoverer{src: src, store: store, ev: ev, log: cfg.Logger, topic: cfg.Topics.Changelog, skip: cfg.UnsafeNoWindowRecovery}
+	rec := &recoverer{src: src, store: store, ev: ev, log: cfg.Logger, topic: cfg.Topics.Changelog, skip: cfg.Testing.UnsafeNoWindowRecovery}
 	run.a = &applier{cfg: &cfg, store: store, gate: g, claims: &claims{}, outbox: &outbox{store: store},
 		ev: ev, partitions: parts, kp: newKeyPartition(), recover: rec,
 		handover: &restorer{cfg: &cfg, store: store, gate: g, rec: rec, ev: ev, layoutParts: parts}}
@@ -259,7 +259,7 @@ func TestHandoverEqualsReplay(t *testing.T) {
 		t.Fatal("the first owner wrote no changelog record")
 	}
 
-	replay := newHandoverRun(t, changelog, func(c *Config) { c.HandoverReplay = true })
+	replay := newHandoverRun(t, changelog, func(c *Config) { c.Testing.HandoverReplay = true })
 	replay.claim(int64(tail))
 	replay.apply(t, recs, int64(len(recs)))
 	want := replay.exported(t)
@@ -283,7 +283,7 @@ func TestHandoverEqualsReplay(t *testing.T) {
 	// The control: without identities, the leave of user 1 delivered
 	// again reopens a leave after the rejoin, and the rejoin of user 2
 	// delivered again closes an episode.
-	control := newHandoverRun(t, changelog, func(c *Config) { c.UnsafeRestoreWithoutIdentities = true })
+	control := newHandoverRun(t, changelog, func(c *Config) { c.Testing.UnsafeRestoreWithoutIdentities = true })
 	control.claim(int64(tail))
 	control.apply(t, recs, int64(len(recs)))
 	for _, u := range []uint64{1, 2} {

@@ -471,11 +471,11 @@ func (p *Processor) runOnce(ctx context.Context) error {
 		outputs: k.outputs, list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
 			return listTopics(ctx, k.admCl, names)
 		},
-		log: p.cfg.Logger, off: p.cfg.UnsafeIgnoreTopology}).run)
+		log: p.cfg.Logger, off: p.cfg.Testing.UnsafeIgnoreTopology}).run)
 	run("limits", func(ctx context.Context) error { return k.lim.watch(ctx, p.cfg.TopologyInterval, p.cfg.Logger) })
 	applierDone := make(chan struct{})
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
-		skip: p.cfg.UnsafeNoWindowRecovery,
+		skip: p.cfg.Testing.UnsafeNoWindowRecovery,
 		src: &changelogReader{clients: k.readers, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
 			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
 			log: p.cfg.Logger}}
@@ -511,10 +511,10 @@ func (p *Processor) runOnce(ctx context.Context) error {
 		return afterRestore(ap.run)(ctx)
 	})
 	var count func(ctx context.Context) (int32, error)
-	if !p.cfg.UnsafeIgnoreTopology {
+	if !p.cfg.Testing.UnsafeIgnoreTopology {
 		count = func(ctx context.Context) (int32, error) { return partitionCount(ctx, k.meta, commands) }
 	}
-	al := &aligner{interval: p.cfg.AlignInterval, clk: p.clk, topic: commands, lso: p.cfg.UnsafeObserveLSO,
+	al := &aligner{interval: p.cfg.AlignInterval, clk: p.clk, topic: commands, lso: p.cfg.Testing.UnsafeObserveLSO,
 		suspectFor: suspectFor,
 		count:      count,
 		partitions: k.signalPartitions,

@@ -53,7 +53,7 @@ type recoverer struct {
 	ev    EventListener
 	log   *slog.Logger
 	topic topics.Topic // the changelog, for errors
-	skip  bool         // Config.UnsafeNoWindowRecovery
+	skip  bool         // Config.Testing.UnsafeNoWindowRecovery
 }
 
 // recover recovers the windows of signals partition part into the store

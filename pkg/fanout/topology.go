@@ -30,7 +30,7 @@ type watcher struct {
 	topics   topics.Set
 	list     func(ctx context.Context, names []string) (kadm.TopicDetails, error)
 	log      *slog.Logger
-	off      bool // Config.UnsafeIgnoreTopology: compare nothing
+	off      bool // Config.Testing.UnsafeIgnoreTopology: compare nothing
 }
 
 func (w *watcher) run(ctx context.Context) error {
