@@ -76,7 +76,7 @@ func connect(ctx context.Context, cfg *Config, lim *limits) (*kafka, error) {
 	k.changelogPartitions = k.layout.Changelog.Partitions
 	mono := func() int64 { return int64(cfg.Monotonic()) }
 	readAt := mono()
-	if *lim, err = readLimits(ctx, k.adm, cfg.Topics); err != nil {
+	if *lim, err = readStartLimits(ctx, k.adm, cfg.Topics); err != nil {
 		k.adm.Close()
 		return nil, err
 	}
@@ -207,6 +207,35 @@ func readLimits(ctx context.Context, adm *kadm.Client, set topics.Set) (limits, 
 		}
 	}
 	return l, nil
+}
+
+// startLimitsWait bounds how long a start waits for the topics' limits to
+// be readable: on a cluster, a topic just created (by this start, or by
+// another instance's) is not known to every broker at once, and one that
+// does not know it yet answers UNKNOWN_TOPIC_OR_PARTITION, a retriable
+// error. Past the bound, the error is the start's.
+const startLimitsWait = 30 * time.Second
+
+// readStartLimits is readLimits, asked again after a retriable error,
+// every 100 ms to 1 s, for at most startLimitsWait.
+func readStartLimits(ctx context.Context, adm *kadm.Client, set topics.Set) (limits, error) {
+	ctx, cancel := context.WithTimeout(ctx, startLimitsWait)
+	defer cancel()
+	backoff := 100 * time.Millisecond
+	for {
+		l, err := readLimits(ctx, adm, set)
+		if err == nil || !kerr.IsRetriable(err) {
+			return l, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return l, err
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // ensureTopics creates the missing topics when allowed and checks that the

@@ -2,11 +2,15 @@ package fanout
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortgate/cohortgate/topics"
 )
@@ -76,3 +80,47 @@ func TestEnsureTopicsSeesWhatItCreated(t *testing.T) {
 type discard struct{}
 
 func (discard) Info(string, ...any) {}
+
+// TestConnectWaitsForConfigsOfNewTopics: on a cluster, a topic just created
+// is not known to every broker at once, and one that does not know it yet
+// answers DescribeConfigs with UNKNOWN_TOPIC_OR_PARTITION. The start read
+// the topics' limits once and gave up on that answer, so a processor
+// created its topics on a fresh cluster and exited (seen under make
+// test-cluster-short). The broker here answers so the first three times.
+func TestConnectWaitsForConfigsOfNewTopics(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var unknown atomic.Int32
+	c.ControlKey(int16(kmsg.DescribeConfigs), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if unknown.Add(1) > 3 {
+			return nil, nil, false // the broker answers as usual from now on
+		}
+		c.KeepControl()
+		req := r.(*kmsg.DescribeConfigsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		for _, rr := range req.Resources {
+			res := kmsg.NewDescribeConfigsResponseResource()
+			res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
+			res.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			resp.Resources = append(resp.Resources, res)
+		}
+		return resp, nil, true
+	})
+	cfg := Config{Brokers: c.ListenAddrs(), CreateTopics: true, Partitions: 2, ReplicationFactor: 1,
+		Topics: topics.Defaults(), Logger: slog.New(slog.DiscardHandler)}
+	cfg.EnsureDefaults()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var lim limits
+	k, err := connect(ctx, &cfg, &lim)
+	if err != nil {
+		t.Fatalf("connect gave up while the broker did not know the new topics yet: %v", err)
+	}
+	k.close()
+	if n := unknown.Load(); n < 4 {
+		t.Errorf("DescribeConfigs asked %d times; want the 3 refused and one more", n)
+	}
+}
