@@ -467,20 +467,57 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	})
 	p.stall.reset()
 	run("liveness", p.stall.run)
-	run("topology", (&watcher{interval: p.cfg.TopologyInterval, found: k.layout, topics: p.cfg.Topics,
+	run("topology", p.newWatcher(k).run)
+	run("limits", func(ctx context.Context) error { return k.lim.watch(ctx, p.cfg.TopologyInterval, p.cfg.Logger) })
+	applierDone := make(chan struct{})
+	wake := make(chan struct{}, 1) // the group callbacks wake the applier
+	ap := p.newApplier(k, wake)
+	run("commands", func(ctx context.Context) error {
+		defer close(applierDone)
+		return afterRestore(ap.run)(ctx)
+	})
+	run("alignment", afterRestore(p.newAligner(ctx, k).run))
+	p.started.Store(true)
+	p.setBetweenRuns("")
+	own := p.newOwnership(k, forgotten, wake, halt)
+	err = p.signals(ctx, k, own, applierDone, halt)
+	halt(err)
+	wg.Wait()
+	<-restored
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	// Every goroutine has exited: nothing changes the store or the gate
+	// any more, and unless a batch was cut short they are equal; a gate
+	// whose restore did not finish is not saved.
+	if snap.path != "" && p.restored.Load() && !ap.gateAhead {
+		info, err := snap.save(p.store, p.gate)
+		info.Err = err
+		p.ev.SnapshotSaved(info)
+	}
+	return nil
+}
+
+// newWatcher makes the watch on the topics' counts and IDs of a run on k.
+func (p *Processor) newWatcher(k *kafka) *watcher {
+	return &watcher{interval: p.cfg.TopologyInterval, found: k.layout, topics: p.cfg.Topics,
 		outputs: k.outputs, list: func(ctx context.Context, names []string) (kadm.TopicDetails, error) {
 			return listTopics(ctx, k.admCl, names)
 		},
-		log: p.cfg.Logger, off: p.cfg.Testing.UnsafeIgnoreTopology}).run)
-	run("limits", func(ctx context.Context) error { return k.lim.watch(ctx, p.cfg.TopologyInterval, p.cfg.Logger) })
-	applierDone := make(chan struct{})
+		log: p.cfg.Logger, off: p.cfg.Testing.UnsafeIgnoreTopology}
+}
+
+// newApplier makes the commands side of a run on k, with what it uses
+// when it takes a partition: the late-leave windows' recovery, the
+// migration of commands, the restore from the changelog and the refill.
+// wake is how the group callbacks tell it that claims changed.
+func (p *Processor) newApplier(k *kafka, wake chan struct{}) *applier {
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 		skip: p.cfg.Testing.UnsafeNoWindowRecovery,
 		src: &changelogReader{clients: k.readers, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
 			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
 			log: p.cfg.Logger}}
 	commands := string(p.cfg.Topics.Commands)
-	wake := make(chan struct{}, 1)
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
 		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(), steps: p.m.stepTimer(), recover: rec,
 		wake: wake,
@@ -506,15 +543,18 @@ func (p *Processor) runOnce(ctx context.Context) error {
 			}}}
 	ap.refill = &refiller{cfg: &p.cfg, store: p.store, claims: &p.claims, outbox: &p.outbox, kp: newKeyPartition(),
 		partitions: k.signalPartitions, hand: ap.handRefill}
-	run("commands", func(ctx context.Context) error {
-		defer close(applierDone)
-		return afterRestore(ap.run)(ctx)
-	})
+	return ap
+}
+
+// newAligner makes the aligner of a run on k; ctx is the run's, which a
+// failed observation logs only while it lasts.
+func (p *Processor) newAligner(ctx context.Context, k *kafka) *aligner {
+	commands := string(p.cfg.Topics.Commands)
 	var count func(ctx context.Context) (int32, error)
 	if !p.cfg.Testing.UnsafeIgnoreTopology {
 		count = func(ctx context.Context) (int32, error) { return partitionCount(ctx, k.meta, commands) }
 	}
-	al := &aligner{interval: p.cfg.AlignInterval, clk: p.clk, topic: commands, lso: p.cfg.Testing.UnsafeObserveLSO,
+	return &aligner{interval: p.cfg.AlignInterval, clk: p.clk, topic: commands, lso: p.cfg.Testing.UnsafeObserveLSO,
 		suspectFor: suspectFor,
 		count:      count,
 		partitions: k.signalPartitions,
@@ -542,10 +582,14 @@ func (p *Processor) runOnce(ctx context.Context) error {
 			return nil
 		},
 		ev: p.ev}
-	run("alignment", afterRestore(al.run))
-	p.started.Store(true)
-	p.setBetweenRuns("")
-	own := &ownership{cfg: &p.cfg, clk: p.clk, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, cmds: k.cmds,
+}
+
+// newOwnership makes the group callbacks' side of a run on k: forgotten
+// says the store forgot its users for a new layout (adoptLayout), wake
+// tells the applier that claims changed, halt ends the run.
+func (p *Processor) newOwnership(k *kafka, forgotten bool, wake chan struct{}, halt func(error)) *ownership {
+	commands := string(p.cfg.Topics.Commands)
+	return &ownership{cfg: &p.cfg, clk: p.clk, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, cmds: k.cmds,
 		leaderEpoch: func(part int32) int32 {
 			if _, epoch, err := k.cmds.PartitionLeader(commands, part); err == nil {
 				return epoch
@@ -554,22 +598,6 @@ func (p *Processor) runOnce(ctx context.Context) error {
 		},
 		adm: k.adm, ev: p.ev, halt: halt, wake: wake,
 		assignedOnce: &p.joined}
-	err = p.signals(ctx, k, own, applierDone, halt)
-	halt(err)
-	wg.Wait()
-	<-restored
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	// Every goroutine has exited: nothing changes the store or the gate
-	// any more, and unless a batch was cut short they are equal; a gate
-	// whose restore did not finish is not saved.
-	if snap.path != "" && p.restored.Load() && !ap.gateAhead {
-		info, err := snap.save(p.store, p.gate)
-		info.Err = err
-		p.ev.SnapshotSaved(info)
-	}
-	return nil
 }
 
 // adoptLayout makes the store's state one of the layout found: a store
