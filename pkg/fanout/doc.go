@@ -134,8 +134,14 @@
 // writes their records again (the previous owner judged them), and starts
 // consuming no later than it, so that a command applied but not yet
 // recorded (before a crash) is applied again, as a duplicate, and recorded.
-// A partition with no metadata (a new group, whose first cycle may have
-// aborted) judged nothing: its commands are read from offset 0, and a log
+// A cycle commits a partition's metadata whenever it changed, also when
+// none of its signals moved (at the group's committed offset, or at 0
+// when the group has none, once the group answered the claim's offset
+// fetch): a run that sees commands alone (a bulk leave) would otherwise
+// leave the next start to read them all again. A stop that comes while a
+// cycle ends gets one more cycle, which drains what the commands side
+// applied last. A partition with no metadata (a new group, whose first
+// cycle may have aborted) judged nothing: its commands are read from offset 0, and a log
 // that ends below the store's checkpoint still halts the processor
 // (CommandsGapError).
 // Changelog records, and the DLQ and re-published records of commands, go

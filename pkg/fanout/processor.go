@@ -688,6 +688,7 @@ func (p *Processor) newSession(own *ownership, lim *limits) (session, error) {
 		kgo.OnPartitionsLost(own.lost),
 	)
 	starts := newInputStarts(inputs, own.layout, p.cfg.Logger)
+	starts.claims = &p.claims
 	opts = append(opts, kgo.OnOffsetsFetched(starts.fetched), kgo.AdjustFetchOffsetsFn(starts.adjust))
 	if p.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))
