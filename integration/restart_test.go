@@ -1,8 +1,13 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,4 +133,103 @@ func replayMembers(t *testing.T, e *env, cfg fanout.Config, n uint64) map[uint64
 		t.Fatalf("replay: %v", err)
 	}
 	return out
+}
+
+// TestCrashRestartEqualsReplay: processor binaries that write the gate
+// snapshot while running (every 100 ms) are killed with SIGKILL at random
+// points of a stream of leaves and rejoins, and started again on the same
+// data dir; the last start, in this process, loads the snapshot the kills
+// left, older than the store, and applies the commands since it again.
+// Its state equals a replay's, and its gate decides signals as the
+// replay's episodes say.
+func TestCrashRestartEqualsReplay(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0xc4a5))
+	e := newEnv(t, 2)
+	dir := t.TempDir()
+	t0 := base()
+	const users = 12
+	at := func() time.Time { return t0.Add(time.Duration(rng.IntN(20_000)) * time.Millisecond) }
+	commands := func(n int) {
+		for range n {
+			op := topics.Leave
+			if rng.IntN(3) == 0 {
+				op = topics.Rejoin
+			}
+			e.command(op, 1+rng.Uint64N(users), at())
+		}
+	}
+	const rounds = 4
+	for round := range rounds {
+		// A short session: the group gives a killed member's partitions
+		// to the next start only once its session expires.
+		b := e.runBinary(dir, "--gate-snapshot-interval", "100ms", "--session-timeout", "6s")
+		b.waitReady(t)
+		commands(10 + rng.IntN(20))
+		if round == rounds-1 {
+			// The last kill leaves a snapshot written while running and
+			// commands applied after it.
+			eventually(t, 60*time.Second, func() error {
+				if !strings.Contains(b.stderr.String(), "wrote gate snapshot while running") {
+					return errors.New("no gate snapshot written while running yet")
+				}
+				return nil
+			})
+			commands(5 + rng.IntN(10))
+		}
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond) // a random point of the stream: any is right
+		if err := b.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-b.exited
+	}
+
+	var ev restarts
+	cfg := e.config()
+	cfg.GateSnapshot = filepath.Join(dir, "gate.snapshot")
+	ev.listen(&cfg)
+	after := e.start(filepath.Join(dir, "membership"), cfg) // where the binary keeps its store
+	after.waitReady(t, 2)
+	if src := ev.source(t); src != "snapshot" {
+		t.Errorf("the start after the kills restored from the %s, want the snapshot written while running (fallback %v)",
+			src, ev.restored[0].Fallback)
+	}
+	t.Logf("restored %v; commands applied again, by partition: %v", ev.restored[0], ev.restored[0].Regate)
+	got := membersOf(t, after, users)
+	want := replayMembers(t, e, cfg, users)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the kills: %+v\nreplay: %+v", got, want)
+	}
+
+	// The gate: every user's signals at event times across the range of
+	// the boundaries, forwarded as the replay's episodes allow.
+	var sigs []sig
+	for u := uint64(1); u <= users; u++ {
+		for ms := -500; ms <= 20_500; ms += 250 {
+			d := time.Duration(ms) * time.Millisecond
+			sigs = append(sigs, sig{user: u, at: d, forward: allows(want[u], uint64(t0.Add(d).UnixNano()))})
+		}
+	}
+	wantFwd := e.produceSignals(t0, sigs)
+	e.waitDecided()
+	if gotFwd := e.forwardedValues(); !slices.Equal(gotFwd, wantFwd) {
+		t.Errorf("forwarded %d signals, want %d: the gate after the kills is not the replay's", len(gotFwd), len(wantFwd))
+	}
+	if err := after.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allows says whether a signal at ts passes a user in state s.
+func allows(s propState, ts uint64) bool {
+	if s.Status == "left" && ts >= s.LeftAt {
+		return false
+	}
+	for _, ep := range s.History {
+		if ep.LeftAtNs <= ts && ts < ep.RejoinedAtNs {
+			return false
+		}
+	}
+	return true
 }

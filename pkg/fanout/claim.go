@@ -76,6 +76,11 @@ type claim struct {
 	// in from other partitions: the commands side may restore it from the
 	// changelog (handover.go). Set before the claim is shared.
 	restore bool
+	// regateUntil is, when the gate was loaded from a snapshot older than
+	// the store, the store's checkpoint of the partition then: the gate
+	// takes every user a command below it touches from the store, changed
+	// or not (updateGate); 0 otherwise. Set before the claim is shared.
+	regateUntil int64
 	// tails are the commands other partitions may hold, read under an
 	// older count, of users this partition owns now: re-published here
 	// before the partition forwards (migrate.go). Set before the claim is

@@ -205,8 +205,9 @@
 //   - changelog.go: changelog records;
 //   - partitioner.go: Kafka's murmur2 partitioning, and pinned records;
 //   - restore.go: the gate rebuilt from the store at start;
-//   - snapshot.go: the gate saved at a clean stop, loaded at start when it
-//     still reflects the store's checkpoints;
+//   - snapshot.go: the gate saved at a clean stop and while running,
+//     loaded at start when it reflects the store's checkpoints or can be
+//     brought to them by applying the commands since it again;
 //   - metrics.go: the Prometheus series;
 //   - authz.go: authorization failures;
 //   - store.go: the Store the processor needs;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,10 @@ type Processor struct {
 	ev     EventListener // Config.EventListener, the metrics' and the log's
 	clk    *clock        // Config.Now and Config.Monotonic: see clock.go
 
-	claims  claims
+	claims claims
+	// regate is what a gate loaded from a snapshot older than the store
+	// still owes it (snapshot.go).
+	regate  regate
 	outbox  outbox
 	refused refusals // records the broker refused, to settle otherwise when met again
 	lim     limits   // filled by connect
@@ -406,7 +410,11 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	restored := make(chan struct{}) // closed when the restore ends, p.restored set if it succeeded
 	go func() {
 		defer close(restored)
-		info, err := restoreGate(ctx, p.store, p.gate, snap)
+		rg := &p.regate
+		if p.cfg.UnsafeSkipCommands {
+			rg = nil // the commands a regate needs would be skipped: the snapshot must equal the store
+		}
+		info, err := restoreGate(ctx, p.store, p.gate, snap, rg)
 		if err != nil {
 			halt(err) // Run returns it, unless it was cancelled before
 			return
@@ -499,7 +507,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
 		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(), steps: p.m.stepTimer(), recover: rec,
-		wake: wake,
+		wake: wake, regate: &p.regate, snap: snap,
 		listEnd: func(ctx context.Context, part int32) (int64, error) {
 			ends, err := listEnds(ctx, k.admCl, commands, []int32{part}, isolationUncommitted)
 			if err != nil {
@@ -561,7 +569,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	run("alignment", afterRestore(al.run))
 	p.started.Store(true)
 	p.setBetweenRuns("")
-	own := &ownership{cfg: &p.cfg, clk: p.clk, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, cmds: k.cmds,
+	own := &ownership{cfg: &p.cfg, clk: p.clk, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, regate: &p.regate, cmds: k.cmds,
 		leaderEpoch: func(part int32) int32 {
 			if _, epoch, err := k.cmds.PartitionLeader(commands, part); err == nil {
 				return epoch
@@ -581,7 +589,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	// any more, and unless a batch was cut short they are equal; a gate
 	// whose restore did not finish is not saved.
 	if snap.path != "" && p.restored.Load() && !ap.gateAhead {
-		info, err := snap.save(p.store, p.gate)
+		info, err := snap.save(p.store, p.gate, p.regate.lower)
 		info.Err = err
 		p.ev.SnapshotSaved(info)
 	}
@@ -612,10 +620,19 @@ func (p *Processor) adoptLayout(found layout, restored <-chan struct{}) (forgott
 		}
 		if was.countsDiffer(found) {
 			<-restored // the gate is read from the store until then
+			// A snapshot of the old layout's gate must never be brought
+			// to the new store by its commands: users moved between
+			// partitions without a command.
+			if path := p.cfg.GateSnapshot; path != "" {
+				if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return false, fmt.Errorf("unable to remove the gate snapshot of the old layout: %w", err)
+				}
+			}
 			if err := p.store.Forget(); err != nil {
 				return false, fmt.Errorf("unable to forget the state of the old layout: %w", err)
 			}
 			p.gate.Clear()
+			p.regate.clear()
 			forgotten = true
 			p.ev.TopologyChanged(TopologyChangedInfo{Changes: was.changes(found), Forgotten: true})
 		}
