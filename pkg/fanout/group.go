@@ -93,6 +93,13 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		return nil
 	}
 	routes := len(o.cfg.Topics.Routes) + 1
+	if o.regate != nil {
+		// Where each partition starts depends on the gate's restore: a
+		// snapshot older than the store has its commands read again.
+		if err := o.regate.wait(ctx); err != nil {
+			return nil
+		}
+	}
 	seen, err := o.committedMeta(ctx)
 	if err != nil {
 		return nil // stopping: the partitions stay unclaimed, their signals held

@@ -408,8 +408,10 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	p.run.Store(&runContext{ctx})
 	snap := gateSnapshot{path: p.cfg.GateSnapshot, topic: string(p.cfg.Topics.Commands)}
 	restored := make(chan struct{}) // closed when the restore ends, p.restored set if it succeeded
+	p.regate.reset()                // before any claim can be made: see regate
 	go func() {
 		defer close(restored)
+		defer p.regate.finish()
 		rg := &p.regate
 		if p.cfg.UnsafeSkipCommands {
 			rg = nil // the commands a regate needs would be skipped: the snapshot must equal the store

@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -187,9 +188,50 @@ func matchOlder(label []byte, topic string, store map[int32]int64) (map[int32]in
 // restore (fills it), the group callbacks (start claims no later than
 // from), the commands side (clears a partition once applied through
 // until) and the snapshot writers (label no higher than from).
+//
+// A claim made while the restore runs (the group may assign partitions
+// before the gate is loaded) must not start before it knows its
+// partition's regate: wait returns once the restore has ended.
 type regate struct {
-	mu sync.Mutex
-	m  map[int32]regateRange
+	mu     sync.Mutex
+	m      map[int32]regateRange
+	loaded chan struct{} // closed once the restore ended; nil: not restoring (tests)
+}
+
+// reset forgets every pending regate and opens the wait for a restore.
+func (r *regate) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m, r.loaded = nil, make(chan struct{})
+}
+
+// finish ends the wait: the restore ended (loaded, scanned or failed).
+func (r *regate) finish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loaded != nil {
+		select {
+		case <-r.loaded:
+		default:
+			close(r.loaded)
+		}
+	}
+}
+
+// wait returns once the restore ended, or ctx's error.
+func (r *regate) wait(ctx context.Context) error {
+	r.mu.Lock()
+	ch := r.loaded
+	r.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 type regateRange struct{ from, until int64 }
