@@ -408,7 +408,14 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	p.run.Store(&runContext{ctx})
 	snap := gateSnapshot{path: p.cfg.GateSnapshot, topic: string(p.cfg.Topics.Commands)}
 	restored := make(chan struct{}) // closed when the restore ends, p.restored set if it succeeded
-	p.regate.reset()                // before any claim can be made: see regate
+	// Before any claim can be made: a claim waits for the restore only
+	// when a snapshot older than the store may make it read its commands
+	// again (see regate); without one, signals are fetched (and held)
+	// while the gate is restored.
+	p.regate.clear()
+	if snap.path != "" && !p.cfg.UnsafeSkipCommands {
+		p.regate.reset()
+	}
 	go func() {
 		defer close(restored)
 		defer p.regate.finish()
