@@ -30,10 +30,12 @@ import (
 // history: leaves, late leaves, rejoins (some refused), re-deliveries,
 // misrouted commands and signals of a few users, interleaved with the
 // shortcuts: a second instance joining with an empty data dir and leaving
-// again (handover), restarts on the same data dir from the gate snapshot
-// and by the store scan, new owners with an empty data dir (restore from
-// the changelog, the partitions side by side), some stopped in the middle
-// of their restores and started again on that data dir, the commands, every input and the changelog grown
+// again (handover), restarts on the same data dir from the gate snapshot,
+// from an older one (as a crash leaves: its commands since are applied
+// again) and by the store scan, new owners with an empty data dir (restore
+// from the changelog, the partitions side by side), some stopped in the
+// middle of their restores and started again on that data dir, the
+// commands, every input and the changelog grown
 // together, the changelog grown alone, and a transaction held open on a
 // changelog partition by another writer until an owner waits for it.
 //
@@ -155,6 +157,11 @@ type history struct {
 	sigs  []propSignal
 	steps []string // what happened, for failure messages
 	seq   int      // names instances and request ids
+	// older holds, by data dir, a gate snapshot an earlier clean stop of
+	// that dir wrote: put back before a restart, it is what a crash
+	// leaves, a snapshot older than the store. Forgotten when the topics
+	// grow (the store forgets its state, and the processor the file).
+	older map[string][]byte
 }
 
 func runHistory(t *testing.T, seed uint64, steps int) {
@@ -229,6 +236,16 @@ func (h *history) stopInstance(in *propInstance) {
 	h.t.Helper()
 	if err := in.pr.stop(h.t); err != nil {
 		h.t.Fatalf("%s: %v", in.name, err)
+	}
+	b, err := os.ReadFile(in.snap)
+	if err != nil {
+		return // none written (a restore cut short), or removed
+	}
+	if _, ok := h.older[in.dir]; !ok || h.rng.IntN(3) == 0 {
+		if h.older == nil {
+			h.older = make(map[string][]byte)
+		}
+		h.older[in.dir] = b
 	}
 }
 
@@ -463,7 +480,7 @@ func (h *history) shortcut() {
 		h.settle()
 		return
 	}
-	switch h.rng.IntN(8) {
+	switch h.rng.IntN(9) {
 	case 0:
 		h.b = h.startInstance(h.t.TempDir())
 		h.logf("handover: %s joins with an empty data dir", h.b.name)
@@ -495,6 +512,7 @@ func (h *history) shortcut() {
 		}
 		n := min(h.parts+1+h.rng.Int32N(h.parts), propMaxParts)
 		before := h.changes()
+		h.older = nil
 		if h.clog < n {
 			h.logf("commands, signals and changelog grown to %d partitions (from %d, changelog %d)", n, h.parts, h.clog)
 			h.e.grow(n, h.e.set.Commands, h.e.set.Signals, h.e.set.Changelog)
@@ -511,6 +529,7 @@ func (h *history) shortcut() {
 			return
 		}
 		before := h.changes()
+		h.older = nil
 		h.clog++
 		h.logf("changelog grown alone to %d partitions", h.clog)
 		h.e.grow(h.clog, h.e.set.Changelog)
@@ -523,6 +542,18 @@ func (h *history) shortcut() {
 		h.openTxn()
 	case 7:
 		h.interruptedRestore()
+	case 8:
+		h.stopInstance(h.a)
+		if old, ok := h.older[h.a.dir]; ok {
+			h.logf("restart of %s on its data dir with an older gate snapshot (what a crash leaves)", h.a.name)
+			if err := os.WriteFile(h.a.snap, old, 0o644); err != nil {
+				h.t.Fatal(err)
+			}
+		} else {
+			h.logf("restart of %s on its data dir (clean stop: gate snapshot)", h.a.name)
+		}
+		h.a = h.startInstance(h.a.dir)
+		h.settle()
 	}
 }
 

@@ -49,6 +49,7 @@ type runOptions struct {
 	maxFutureSkew  time.Duration
 	alignInterval  time.Duration
 	commitInterval time.Duration
+	snapEvery      time.Duration
 	holdMaxBytes   int64
 	sessionTimeout time.Duration
 	stallTimeout   time.Duration
@@ -180,6 +181,8 @@ func defineRun(f *flags, o *runOptions, embedded bool) {
 	f.DurationVar(&o.maxFutureSkew, "max-future-skew", fanout.DefaultMaxFutureSkew, "signals stamped further ahead of this clock go to the DLQ")
 	f.DurationVar(&o.alignInterval, "align-interval", fanout.DefaultAlignInterval, "how often the commands topic's end offsets are observed")
 	f.DurationVar(&o.commitInterval, "commit-interval", fanout.DefaultCommitInterval, "how long a transaction collects records")
+	f.DurationVar(&o.snapEvery, "gate-snapshot-interval", time.Minute, "how often, at most, the gate snapshot is also written while running "+
+		"(when commands were applied since), so that a start after a crash loads it instead of scanning the store; commands wait while it is written; 0: only at a clean stop")
 	f.Int64Var(&o.holdMaxBytes, "hold-max-bytes", fanout.DefaultHoldMaxBytes, "bytes of signals held per partition before its fetching pauses")
 	f.DurationVar(&o.sessionTimeout, "session-timeout", 45*time.Second, "consumer group session timeout: how long a silent instance keeps its partitions")
 	f.DurationVar(&o.stallTimeout, "stall-timeout", fanout.DefaultStallTimeout, "how long the processor may make no progress (cycles aborting, fetches failing, signals undecided) before /readyz says 503 and why")
@@ -266,6 +269,7 @@ func (o *runOptions) validate() error {
 	}{
 		{"grace", o.grace, 0}, {"max-future-skew", o.maxFutureSkew, 0},
 		{"align-interval", o.alignInterval, time.Millisecond}, {"commit-interval", o.commitInterval, time.Millisecond},
+		{"gate-snapshot-interval", o.snapEvery, 0},
 	}
 	for _, d := range durations {
 		if d.d < d.min {
@@ -434,10 +438,11 @@ func run(ctx context.Context, args []string, embedded bool, stdout, stderr io.Wr
 		Now:             wall,
 		// Written at a clean stop, so that the next start loads the gate
 		// instead of scanning the store, which takes minutes at 100M members.
-		GateSnapshot: filepath.Join(o.dataDir, "gate.snapshot"),
-		KafkaOpts:    append(kafkaOpts, kgo.WithHooks(kmetrics)),
-		Logger:       log,
-		Registerer:   reg,
+		GateSnapshot:         filepath.Join(o.dataDir, "gate.snapshot"),
+		GateSnapshotInterval: o.snapEvery,
+		KafkaOpts:            append(kafkaOpts, kgo.WithHooks(kmetrics)),
+		Logger:               log,
+		Registerer:           reg,
 	}, store)
 	if err != nil {
 		return runError(o, err)

@@ -76,6 +76,11 @@ type claim struct {
 	// in from other partitions: the commands side may restore it from the
 	// changelog (handover.go). Set before the claim is shared.
 	restore bool
+	// regateUntil is, when the gate was loaded from a snapshot older than
+	// the store, the store's checkpoint of the partition then: the gate
+	// takes every user a command below it touches from the store, changed
+	// or not (updateGate); 0 otherwise. Set before the claim is shared.
+	regateUntil int64
 	// tails are the commands other partitions may hold, read under an
 	// older count, of users this partition owns now: re-published here
 	// before the partition forwards (migrate.go). Set before the claim is
@@ -88,6 +93,14 @@ type claim struct {
 	// applied to the gate before it is read is enforced for every offset
 	// >= the value read.
 	deciding []atomic.Int64
+	// offsets is, per route, what the group's offset fetch for this
+	// claim's assignment found of the route's input partition
+	// (offsetsUnknown until it answered; set by inputStarts.adjust on the
+	// group's goroutine, read by the signals loop). Once it answered, a
+	// cycle may commit the claim's metadata on a partition it has not
+	// fetched a record of: at the group's committed offset, or at 0 when
+	// the group had none (a position at or below where consuming starts).
+	offsets []atomic.Int32
 	// maxEventNs is the highest event time (ns) of a signal of p the gate
 	// was asked about, stored before asking (same ordering as deciding).
 	// A leave with an earlier boundary may be late.
@@ -119,7 +132,8 @@ type tail struct {
 
 // newClaim makes the claim of partition, for routes routes.
 func newClaim(partition int32, routes int, assignedNs, applied int64) *claim {
-	c := &claim{inheritedMaxNs: -1, tailEnd: -1, fwd: newForwarded(), deciding: make([]atomic.Int64, routes)}
+	c := &claim{inheritedMaxNs: -1, tailEnd: -1, fwd: newForwarded(), deciding: make([]atomic.Int64, routes),
+		offsets: make([]atomic.Int32, routes)}
 	c.alignment.init(partition, assignedNs, applied)
 	c.prepared.Store(true) // ownership.claim says otherwise when it must
 	for i := range c.deciding {
@@ -128,6 +142,14 @@ func newClaim(partition int32, routes int, assignedNs, applied int64) *claim {
 	c.maxEventNs.Store(-1)
 	return c
 }
+
+// What the group's offset fetch found of a claim's input partition (see
+// claim.offsets).
+const (
+	offsetsUnknown   int32 = iota // not answered yet
+	offsetsCommitted              // the group has a committed offset
+	offsetsNone                   // the group has none: consuming starts at the beginning
+)
 
 // note says what the claim waits for before it can catch up ("" when
 // nothing), for PartitionStatus.Waiting.

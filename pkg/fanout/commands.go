@@ -65,6 +65,15 @@ type applier struct {
 	lim        *liveLimits // nil: Kafka's default for every topic (tests)
 	partitions int32       // of both input topics
 	kp         keyPartition
+	// regate is the processor's pending regates (snapshot.go), nil in
+	// tests; snap is the gate snapshot written every
+	// Config.GateSnapshotInterval (path empty: none), lastSnap when it
+	// was last written or tried and snapDirty whether a batch was applied
+	// since. Owned by the applier's goroutine, but regate.
+	regate    *regate
+	snap      gateSnapshot
+	lastSnap  time.Time
+	snapDirty bool
 	// gateAhead is set while the gate holds a batch the store has not
 	// committed (updateGate runs before the commit): a gate snapshot taken
 	// then would not equal the store. Owned by the applier's goroutine.
@@ -180,7 +189,43 @@ func (a *applier) applyAll(ctx context.Context) error {
 		if err := a.applyFetched(ctx, fetched); err != nil {
 			return err
 		}
+		a.snapDirty = a.snapDirty || len(fetched) > 0
+		a.snapshotDue()
 	}
+}
+
+// snapshotDue writes the gate snapshot when Config.GateSnapshotInterval
+// has passed since the last one and commands were applied since: between
+// two batches, the gate equals the store's visible state, which may run
+// ahead of what is synced, so the label is lowered to the claims' applied
+// offsets (see snapshot.go). Commands wait while it is written (the gate
+// takes no Set meanwhile). A failure is reported and retried an interval
+// later; the previous snapshot stays.
+func (a *applier) snapshotDue() {
+	every := a.cfg.GateSnapshotInterval
+	if a.snap.path == "" || every <= 0 || a.gateAhead || !a.snapDirty {
+		return
+	}
+	if a.lastSnap.IsZero() {
+		a.lastSnap = time.Now() // a start: the interval counts from the first batch
+		return
+	}
+	if time.Since(a.lastSnap) < every {
+		return
+	}
+	a.lastSnap, a.snapDirty = time.Now(), false
+	info, err := a.snap.save(a.store, a.gate, func(cps map[int32]int64) {
+		for _, c := range a.claims.all() {
+			if o, ok := cps[c.partition]; ok {
+				cps[c.partition] = min(o, c.applied.Load())
+			}
+		}
+		if a.regate != nil {
+			a.regate.lower(cps)
+		}
+	})
+	info.Err, info.Running = err, true
+	a.ev.SnapshotSaved(info)
 }
 
 // poll polls the commands, until records come or a claim waits to be
@@ -483,6 +528,9 @@ func (a *applier) publish(c committed) error {
 	a.outbox.add(c.items...)
 	for _, ca := range c.advanced {
 		ca.c.applied.Store(ca.next)
+		if a.regate != nil && ca.c.regateUntil > 0 {
+			a.regate.reached(ca.c.partition, ca.next)
+		}
 	}
 	for _, ac := range c.cmds {
 		if ac.refused {
@@ -567,11 +615,15 @@ func (a *applier) one(ctx context.Context, b *membership.Batch, c *claim, r *kgo
 }
 
 // updateGate installs, for every user a command changed, the episodes the
-// user has after the last of this batch's commands.
+// user has after the last of this batch's commands; and for every user a
+// command below its claim's regateUntil touched (changed or not: to the
+// store such a command is most often a duplicate), the episodes the store
+// holds after it, which the gate loaded from an older snapshot may lack. A
+// refused command's change holds no state to take.
 func (a *applier) updateGate(cmds []appliedCmd) error {
 	last := make(map[uint64]int, len(cmds))
 	for i, ac := range cmds {
-		if ac.change.Changed {
+		if ac.change.Changed || !ac.refused && ac.r.Offset < ac.c.regateUntil {
 			last[ac.cmd.UserID] = i
 		}
 	}

@@ -131,6 +131,13 @@ type Config struct {
 	// directory must exist. Empty: no snapshot, the store is always
 	// scanned.
 	GateSnapshot string
+	// GateSnapshotInterval, when positive, also writes the gate snapshot
+	// while running, at most this often and only when commands were
+	// applied since, so that a start after a crash loads a recent one and
+	// applies again only the commands since it (snapshot.go). The
+	// commands wait while it is written (about 0.4 s at 10M members who
+	// left, 6 s at 100M). 0: only at a clean stop.
+	GateSnapshotInterval time.Duration
 
 	// KafkaOpts are appended to every Kafka client the Processor makes
 	// (TLS, SASL, logging, hooks).

@@ -150,8 +150,14 @@
 // writes their records again (the previous owner judged them), and starts
 // consuming no later than it, so that a command applied but not yet
 // recorded (before a crash) is applied again, as a duplicate, and recorded.
-// A partition with no metadata (a new group, whose first cycle may have
-// aborted) judged nothing: its commands are read from offset 0, and a log
+// A cycle commits a partition's metadata whenever it changed, also when
+// none of its signals moved (at the group's committed offset, or at 0
+// when the group has none, once the group answered the claim's offset
+// fetch): a run that sees commands alone (a bulk leave) would otherwise
+// leave the next start to read them all again. A stop that comes while a
+// cycle ends gets one more cycle, which drains what the commands side
+// applied last. A partition with no metadata (a new group, whose first
+// cycle may have aborted) judged nothing: its commands are read from offset 0, and a log
 // that ends below the store's checkpoint still halts the processor
 // (CommandsGapError).
 // Changelog records, and the DLQ and re-published records of commands, go
@@ -225,8 +231,9 @@
 //   - changelog.go: changelog records;
 //   - partitioner.go: Kafka's murmur2 partitioning, and pinned records;
 //   - restore.go: the gate rebuilt from the store at start;
-//   - snapshot.go: the gate saved at a clean stop, loaded at start when it
-//     still reflects the store's checkpoints;
+//   - snapshot.go: the gate saved at a clean stop and while running,
+//     loaded at start when it reflects the store's checkpoints or can be
+//     brought to them by applying the commands since it again;
 //   - episodes.go: episodes as the store and the gate hold them;
 //   - metrics.go: the Prometheus series;
 //   - authz.go: authorization failures;

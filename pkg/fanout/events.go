@@ -88,7 +88,7 @@ type EventListener struct {
 	// Restored: the gate was rebuilt from the local store at start.
 	Restored func(RestoredInfo)
 	// SnapshotSaved: the gate snapshot was written (or failed to be) as
-	// Run ended.
+	// Run ended, or while it ran (Running).
 	SnapshotSaved func(SnapshotInfo)
 }
 
@@ -448,19 +448,26 @@ type RestoredInfo struct {
 	// Fallback is why the snapshot was not used, nil if it was or if none
 	// is configured.
 	Fallback error
+	// Regate is, for a snapshot older than the store (written while
+	// running, before a kill), the partitions whose commands are applied
+	// again from its label, with how many commands that is at most; nil
+	// when the snapshot reflected the store exactly.
+	Regate map[int32]int64
 }
 
 func (i RestoredInfo) String() string {
 	return fmt.Sprintf("restored %d members, %d episodes in %v from the %s", i.Members, i.Episodes, i.Took, i.Source)
 }
 
-// SnapshotInfo is the gate snapshot written as Run ended.
+// SnapshotInfo is the gate snapshot written as Run ended, or while it ran
+// (Config.GateSnapshotInterval).
 type SnapshotInfo struct {
 	Path    string
 	Members int
 	Bytes   int64
 	Took    time.Duration
 	Err     error // nil if written
+	Running bool  // written while running, not at the end
 }
 
 func (i SnapshotInfo) String() string {
@@ -749,15 +756,28 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 			default:
 				l.Warn("gate snapshot not used; scanning the store", "why", i.Fallback)
 			}
+			if len(i.Regate) > 0 {
+				var n int64
+				for _, c := range i.Regate {
+					n += c
+				}
+				l.Info("gate snapshot older than the store: applying the commands since it again before forwarding",
+					"partitions", len(i.Regate), "commands", n)
+			}
 			l.Info("restored membership state", "members", i.Members, "episodes", i.Episodes,
 				"took", i.Took.String(), "scan", i.Scan.String(), "source", i.Source)
 		},
 		SnapshotSaved: func(i SnapshotInfo) {
-			if i.Err != nil {
+			switch {
+			case i.Err != nil && i.Running:
+				l.Warn("gate snapshot not written while running; the previous one stays", "err", i.Err)
+			case i.Err != nil:
 				l.Warn("gate snapshot not written; the next start scans the store", "err", i.Err)
-				return
+			case i.Running:
+				l.Info("wrote gate snapshot while running", "path", i.Path, "members", i.Members, "bytes", i.Bytes, "took", i.Took.String())
+			default:
+				l.Info("wrote gate snapshot", "path", i.Path, "members", i.Members, "bytes", i.Bytes, "took", i.Took.String())
 			}
-			l.Info("wrote gate snapshot", "path", i.Path, "members", i.Members, "bytes", i.Bytes, "took", i.Took.String())
 		},
 	}
 }

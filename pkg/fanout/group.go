@@ -30,7 +30,11 @@ type ownership struct {
 	migrating bool
 	store     Store
 	claims    *claims
-	cmds      *kgo.Client // the commands consumer
+	// regate holds the partitions whose commands must be applied again
+	// from an older offset than the store's checkpoint (snapshot.go);
+	// nil in tests.
+	regate *regate
+	cmds   *kgo.Client // the commands consumer
 	// leaderEpoch is the commands partition's leader epoch in the commands
 	// client's metadata, -1 if not loaded: the kgo client keeps the newest
 	// it saw (an older one from a lagging broker is refused, up to five
@@ -89,6 +93,13 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		return nil
 	}
 	routes := len(o.cfg.Topics.Routes) + 1
+	if o.regate != nil {
+		// Where each partition starts depends on the gate's restore: a
+		// snapshot older than the store has its commands read again.
+		if err := o.regate.wait(ctx); err != nil {
+			return nil
+		}
+	}
 	seen, err := o.committedMeta(ctx)
 	if err != nil {
 		return nil // stopping: the partitions stay unclaimed, their signals held
@@ -131,7 +142,17 @@ func (o *ownership) claim(ctx context.Context, parts []int32) map[int32]kgo.Offs
 		if m.judged < next && !o.cfg.Testing.UnsafeSkipCommands {
 			next = m.judged
 		}
+		// A gate loaded from a snapshot older than the store learns the
+		// users of the partition that changed since from the commands
+		// since: read them again (snapshot.go).
+		var regateUntil int64
+		if o.regate != nil {
+			if g, ok := o.regate.get(part); ok {
+				next, regateUntil = min(next, g.from), g.until
+			}
+		}
 		c := newClaim(part, routes, now, next)
+		c.regateUntil = regateUntil
 		c.floor = checkpoint
 		if o.leaderEpoch != nil {
 			c.raiseEpoch(o.leaderEpoch(part))

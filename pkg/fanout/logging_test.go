@@ -42,7 +42,7 @@ func TestRestoreLogLevel(t *testing.T) {
 		{"empty store, corrupt snapshot", empty, corrupt, "WARN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			info, err := restoreGate(context.Background(), tc.store, gate.New(), gateSnapshot{path: tc.path, topic: snapTopic})
+			info, err := restoreGate(context.Background(), tc.store, gate.New(), gateSnapshot{path: tc.path, topic: snapTopic}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

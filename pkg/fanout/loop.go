@@ -123,7 +123,12 @@ func (l *loop) run(ctx context.Context) error {
 				return err
 			}
 		}
-		if ctx.Err() != nil {
+		// A stop that comes while this cycle ends gets one more cycle:
+		// only one that drained what the commands side applied last
+		// commits how far it judged them, and without it the next start
+		// reads those commands again.
+		stopping := ctx.Err() != nil
+		if stopping {
 			l.drainLast(work)
 		}
 		if err := l.end(work); err != nil {
@@ -133,7 +138,7 @@ func (l *loop) run(ctx context.Context) error {
 		// the signals a waiter looks for are pending only until then.
 		l.hurry.Store(false)
 		l.s.allowRebalance()
-		if ctx.Err() != nil {
+		if stopping {
 			return nil
 		}
 		if err := l.out.followLimits(work); err != nil {
@@ -489,12 +494,19 @@ func (l *loop) positions() map[string]map[int32]position {
 		meta := pt.c.meta(pt.judged)
 		for route, ln := range pt.lanes {
 			ps := position{meta: meta}
-			// Refresh only a partition this claim has fetched from: its
-			// committed offset was read when the assignment began, and no
-			// offset commit may race that read (the new owner's offset
-			// fetch waits for pending transactional commits to end). A
-			// lane whose claim is gone must not be committed at all.
-			ps.refresh = ps.meta != ln.committedMeta && ln.start.Offset >= 0 && !pt.c.revoked.Load()
+			// Refresh only a partition whose offsets the group has
+			// answered for this claim (it fetched a record, or the offset
+			// fetch told the claim): its committed offset was read then,
+			// and no offset commit may race that read (the new owner's
+			// offset fetch waits for pending transactional commits to
+			// end). A partition that sees commands and no signal (a bulk
+			// leave) is refreshed all the same: without it, the next
+			// start would read its commands again from the offset judged
+			// before. A lane whose claim is gone must not be committed at
+			// all.
+			fetched := pt.c.offsets[route].Load()
+			ps.refresh = ps.meta != ln.committedMeta && (ln.start.Offset >= 0 || fetched != offsetsUnknown) && !pt.c.revoked.Load()
+			ps.uncommitted = fetched == offsetsNone
 			if h, ok := ln.q.peek(); ok {
 				ps.held, ps.at = true, kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset}
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,10 @@ type Processor struct {
 	ev     EventListener // Config.EventListener, the metrics' and the log's
 	clk    *clock        // Config.Now and Config.Monotonic: see clock.go
 
-	claims  claims
+	claims claims
+	// regate is what a gate loaded from a snapshot older than the store
+	// still owes it (snapshot.go).
+	regate  regate
 	outbox  outbox
 	refused refusals // records the broker refused, to settle otherwise when met again
 	lim     limits   // filled by connect
@@ -388,9 +392,22 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	p.run.Store(&runContext{ctx})
 	snap := gateSnapshot{path: p.cfg.GateSnapshot, topic: string(p.cfg.Topics.Commands)}
 	restored := make(chan struct{}) // closed when the restore ends, p.restored set if it succeeded
+	// Before any claim can be made: a claim waits for the restore only
+	// when a snapshot older than the store may make it read its commands
+	// again (see regate); without one, signals are fetched (and held)
+	// while the gate is restored.
+	p.regate.clear()
+	if snap.path != "" && !p.cfg.Testing.UnsafeSkipCommands {
+		p.regate.reset()
+	}
 	go func() {
 		defer close(restored)
-		info, err := restoreGate(ctx, p.store, p.gate, snap)
+		defer p.regate.finish()
+		rg := &p.regate
+		if p.cfg.Testing.UnsafeSkipCommands {
+			rg = nil // the commands a regate needs would be skipped: the snapshot must equal the store
+		}
+		info, err := restoreGate(ctx, p.store, p.gate, snap, rg)
 		if err != nil {
 			halt(err) // Run returns it, unless it was cancelled before
 			return
@@ -471,7 +488,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	run("limits", func(ctx context.Context) error { return k.lim.watch(ctx, p.cfg.TopologyInterval, p.cfg.Logger) })
 	applierDone := make(chan struct{})
 	wake := make(chan struct{}, 1) // the group callbacks wake the applier
-	ap := p.newApplier(k, wake)
+	ap := p.newApplier(k, snap, wake)
 	run("commands", func(ctx context.Context) error {
 		defer close(applierDone)
 		return afterRestore(ap.run)(ctx)
@@ -491,7 +508,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	// any more, and unless a batch was cut short they are equal; a gate
 	// whose restore did not finish is not saved.
 	if snap.path != "" && p.restored.Load() && !ap.gateAhead {
-		info, err := snap.save(p.store, p.gate)
+		info, err := snap.save(p.store, p.gate, p.regate.lower)
 		info.Err = err
 		p.ev.SnapshotSaved(info)
 	}
@@ -510,8 +527,8 @@ func (p *Processor) newWatcher(k *kafka) *watcher {
 // newApplier makes the commands side of a run on k, with what it uses
 // when it takes a partition: the late-leave windows' recovery, the
 // migration of commands, the restore from the changelog and the refill.
-// wake is how the group callbacks tell it that claims changed.
-func (p *Processor) newApplier(k *kafka, wake chan struct{}) *applier {
+// snap is the run's gate snapshot, which it writes while running; wake is how the group callbacks tell it that claims changed.
+func (p *Processor) newApplier(k *kafka, snap gateSnapshot, wake chan struct{}) *applier {
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 		skip: p.cfg.Testing.UnsafeNoWindowRecovery,
 		src: &changelogReader{clients: k.readers, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
@@ -520,7 +537,7 @@ func (p *Processor) newApplier(k *kafka, wake chan struct{}) *applier {
 	commands := string(p.cfg.Topics.Commands)
 	ap := &applier{cfg: &p.cfg, cl: k.cmds, store: p.store, gate: p.gate, claims: &p.claims, outbox: &p.outbox,
 		ev: p.ev, lim: k.lim, partitions: k.signalPartitions, kp: newKeyPartition(), steps: p.m.stepTimer(), recover: rec,
-		wake: wake,
+		wake: wake, regate: &p.regate, snap: snap,
 		listEnd: func(ctx context.Context, part int32) (int64, error) {
 			ends, err := listEnds(ctx, k.admCl, commands, []int32{part}, isolationUncommitted)
 			if err != nil {
@@ -589,7 +606,7 @@ func (p *Processor) newAligner(ctx context.Context, k *kafka) *aligner {
 // tells the applier that claims changed, halt ends the run.
 func (p *Processor) newOwnership(k *kafka, forgotten bool, wake chan struct{}, halt func(error)) *ownership {
 	commands := string(p.cfg.Topics.Commands)
-	return &ownership{cfg: &p.cfg, clk: p.clk, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, cmds: k.cmds,
+	return &ownership{cfg: &p.cfg, clk: p.clk, layout: k.layout, migrating: forgotten, store: p.store, claims: &p.claims, regate: &p.regate, cmds: k.cmds,
 		leaderEpoch: func(part int32) int32 {
 			if _, epoch, err := k.cmds.PartitionLeader(commands, part); err == nil {
 				return epoch
@@ -624,10 +641,19 @@ func (p *Processor) adoptLayout(found layout, restored <-chan struct{}) (forgott
 		}
 		if was.countsDiffer(found) {
 			<-restored // the gate is read from the store until then
+			// A snapshot of the old layout's gate must never be brought
+			// to the new store by its commands: users moved between
+			// partitions without a command.
+			if path := p.cfg.GateSnapshot; path != "" {
+				if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return false, fmt.Errorf("unable to remove the gate snapshot of the old layout: %w", err)
+				}
+			}
 			if err := p.store.Forget(); err != nil {
 				return false, fmt.Errorf("unable to forget the state of the old layout: %w", err)
 			}
 			p.gate.Clear()
+			p.regate.clear()
 			forgotten = true
 			p.ev.TopologyChanged(TopologyChangedInfo{Changes: was.changes(found), Forgotten: true})
 		}
@@ -700,6 +726,7 @@ func (p *Processor) newSession(own *ownership, lim *limits) (session, error) {
 		kgo.OnPartitionsLost(own.lost),
 	)
 	starts := newInputStarts(inputs, own.layout, p.cfg.Logger)
+	starts.claims = &p.claims
 	opts = append(opts, kgo.OnOffsetsFetched(starts.fetched), kgo.AdjustFetchOffsetsFn(starts.adjust))
 	if p.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout))

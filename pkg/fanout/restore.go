@@ -40,12 +40,22 @@ type restoreBatch struct {
 //
 // With a snapshot configured, it first tries to load the gate from it; the
 // scan runs only when that fails, and the info says why.
-func restoreGate(ctx context.Context, store Store, g *gate.Map, snap gateSnapshot) (RestoredInfo, error) {
+//
+// A snapshot older than the store is used when rg is not nil: rg then
+// holds the partitions whose commands must be applied again (see regate).
+func restoreGate(ctx context.Context, store Store, g *gate.Map, snap gateSnapshot, rg *regate) (RestoredInfo, error) {
 	start := time.Now()
 	var fallback error
+	if rg != nil {
+		rg.set(nil, nil) // a scan owes nothing
+	}
 	if snap.path != "" {
-		if fallback = snap.load(store, g); fallback == nil {
-			return RestoredInfo{Members: g.Len(), Took: time.Since(start), Source: "snapshot"}, nil
+		behind, cps, err := snap.load(store, g, rg != nil)
+		if fallback = err; err == nil {
+			if rg != nil {
+				rg.set(behind, cps)
+			}
+			return RestoredInfo{Members: g.Len(), Took: time.Since(start), Source: "snapshot", Regate: regateOf(behind, cps)}, nil
 		}
 	}
 	eg, gctx := errgroup.WithContext(ctx)
@@ -123,4 +133,17 @@ func insertRestored(g *gate.Map, full <-chan *restoreBatch, free chan<- *restore
 		free <- b
 	}
 	return nil
+}
+
+// regateOf is how many commands each partition behind applies again at
+// most, for RestoredInfo.
+func regateOf(behind, cps map[int32]int64) map[int32]int64 {
+	if len(behind) == 0 {
+		return nil
+	}
+	out := make(map[int32]int64, len(behind))
+	for p, from := range behind {
+		out[p] = cps[p] - from
+	}
+	return out
 }

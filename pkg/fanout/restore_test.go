@@ -44,7 +44,7 @@ func TestRestoreGate(t *testing.T) {
 	}
 
 	g := gate.New()
-	info, err := restoreGate(context.Background(), store, g, gateSnapshot{})
+	info, err := restoreGate(context.Background(), store, g, gateSnapshot{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestRestoreGateErrors(t *testing.T) {
 					return tc.member(i)
 				}
 			}
-			_, err := restoreGate(ctx, fakeRestore{n: restoreUsers * 4, member: member, checkCtx: tc.cancel}, gate.New(), gateSnapshot{})
+			_, err := restoreGate(ctx, fakeRestore{n: restoreUsers * 4, member: member, checkCtx: tc.cancel}, gate.New(), gateSnapshot{}, nil)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("restoreGate = %v, want an error wrapping %v", err, tc.want)
 			}

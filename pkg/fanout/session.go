@@ -52,8 +52,15 @@ type position struct {
 	// refresh asks for the metadata to be committed even when no record of
 	// the partition was polled in the cycle (at its committed offset): a
 	// partition without new signals still applies commands, and its next
-	// owner must know how far they were judged.
+	// owner (or this instance's next start) must know how far they were
+	// judged, or it reads them all again.
 	refresh bool
+	// uncommitted says the group had no committed offset for the
+	// partition when the claim's offsets were fetched: a refresh without
+	// a committed offset commits offset 0, at or below where consuming
+	// starts (an offset below the log's start reads from its start, as
+	// no commit does).
+	uncommitted bool
 }
 
 // planned is what a cycle commits for one partition of one input.
@@ -69,8 +76,8 @@ type planned struct {
 // or, for a partition whose position is held, its first undecided record,
 // so that held signals are fetched again after a crash; and for a
 // partition not polled whose metadata asks for a refresh, its committed
-// offset again, if it has one. Every entry carries its position's
-// metadata.
+// offset again, if it has one, or 0 if the group has none
+// (position.uncommitted). Every entry carries its position's metadata.
 func planCommit(uncommitted, committed map[int32]kgo.EpochOffset, pos map[int32]position) map[int32]planned {
 	plan := make(map[int32]planned, len(uncommitted))
 	for part, at := range uncommitted {
@@ -86,6 +93,8 @@ func planCommit(uncommitted, committed map[int32]kgo.EpochOffset, pos map[int32]
 		}
 		if c, ok := committed[part]; ok {
 			plan[part] = planned{at: c, meta: ps.meta, hasMeta: true}
+		} else if ps.uncommitted {
+			plan[part] = planned{at: kgo.EpochOffset{Epoch: -1, Offset: 0}, meta: ps.meta, hasMeta: true}
 		}
 	}
 	return plan

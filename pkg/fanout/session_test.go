@@ -20,17 +20,20 @@ func TestPlanCommit(t *testing.T) {
 	uncommitted := map[int32]kgo.EpochOffset{0: eo(1, 100), 1: eo(1, 100), 2: eo(1, 100)}
 	committed := map[int32]kgo.EpochOffset{5: eo(3, 55), 6: eo(3, 66)}
 	got := planCommit(uncommitted, committed, map[int32]position{
-		0: {held: true, at: eo(2, 40), meta: "7"}, // held: its first undecided record
-		1: {meta: "8", refresh: true},             // polled: franz-go's offset
-		5: {meta: "9", refresh: true},             // not polled: its committed offset, new metadata
-		6: {meta: "10"},                           // not polled, metadata unchanged: left out
-		7: {meta: "11", refresh: true},            // never committed: nothing to commit
+		0: {held: true, at: eo(2, 40), meta: "7"},         // held: its first undecided record
+		1: {meta: "8", refresh: true},                     // polled: franz-go's offset
+		5: {meta: "9", refresh: true},                     // not polled: its committed offset, new metadata
+		6: {meta: "10"},                                   // not polled, metadata unchanged: left out
+		7: {meta: "11", refresh: true},                    // never committed, the group not answered: nothing to commit
+		8: {meta: "12", refresh: true, uncommitted: true}, // the group has no commit: at 0, where consuming starts at the latest
+		9: {meta: "13", uncommitted: true},                // no commit, metadata unchanged: left out
 	})
 	want := map[int32]planned{
 		0: {at: eo(2, 40), meta: "7", hasMeta: true},
 		1: {at: eo(1, 100), meta: "8", hasMeta: true},
 		2: {at: eo(1, 100)}, // polled, its lane gone: franz-go's offset and metadata
 		5: {at: eo(3, 55), meta: "9", hasMeta: true},
+		8: {at: eo(-1, 0), meta: "12", hasMeta: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("planCommit = %+v\nwant %+v", got, want)

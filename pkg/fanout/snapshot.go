@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
@@ -31,11 +33,34 @@ import (
 // the snapshot's checksums and layout by gate.Map.Load; on any mismatch
 // the gate is rebuilt by the scan, and the Restored event says why.
 //
-// A snapshot is written only when Run ends cleanly with no command batch
-// half applied (the gate is updated before the batch commits): then the
-// gate equals the store. It goes to a temporary file, synced, renamed over
-// the old one and its directory synced, so that the path holds one whole
-// snapshot or the previous one, never a torn one.
+// A snapshot is written when Run ends cleanly with no command batch half
+// applied (the gate is updated before the batch commits): then the gate
+// equals the store. With Config.GateSnapshotInterval it is also written
+// while running, by the commands side between two batches, so that a
+// start after a kill -9 finds a recent one. It goes to a temporary file,
+// synced, renamed over the old one and its directory synced, so that the
+// path holds one whole snapshot or the previous one, never a torn one.
+//
+// A snapshot older than the store: every change of a user's episodes is
+// made by a command of the user's partition at or above the checkpoint the
+// store had before it, so a snapshot labelled with checkpoints at or below
+// the store's, partition by partition, differs from the store only in
+// users that a command of their partition at or above the label's offset
+// touched. A start that loads one (regate) reads each partition's
+// commands again from the label's offset, whatever it would read them
+// from otherwise; they are duplicates to the store, and the gate takes
+// each touched user's episodes from the store (updateGate), so once the
+// partition is applied through the store's checkpoint its users are as
+// the store holds them. Until then its signals wait, as after any
+// assignment. A snapshot whose label is above the store anywhere (a batch
+// the kill lost before its sync), names other partitions or another
+// topic, is not used: the store is scanned.
+//
+// A snapshot written while running is labelled, partition by partition,
+// with the lower of the store's checkpoint and the applied offset of the
+// partition's claim (what is synced), and with the lower of those and the
+// offset a pending regate starts from: the gate may hold batches a kill
+// would lose, and the users of a partition not re-gated yet may lag.
 //
 // Writing the store by other means than the processor (Store.Leave, say)
 // does not move the checkpoints; a snapshot would not see it. Remove the
@@ -111,13 +136,27 @@ var errStale = errors.New("snapshot does not reflect the store")
 // matchLabel says why a snapshot labelled label does not reflect the
 // checkpoints store holds of topic, or returns nil if it does.
 func matchLabel(label []byte, topic string, store map[int32]int64) error {
+	behind, err := matchOlder(label, topic, store)
+	if err == nil && len(behind) > 0 {
+		p := slices.Min(slices.Collect(maps.Keys(behind)))
+		return fmt.Errorf("%w: partition %d at offset %d in the snapshot, %d in the store", errStale, p, behind[p], store[p])
+	}
+	return err
+}
+
+// matchOlder is matchLabel for a snapshot that may be older than the
+// store: it returns, for each partition whose label offset is below the
+// store's checkpoint, the label's offset (the commands to apply again:
+// see regate), or why the snapshot cannot be brought to the store.
+func matchOlder(label []byte, topic string, store map[int32]int64) (map[int32]int64, error) {
 	t, snap, err := decodeLabel(label)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if t != topic {
-		return fmt.Errorf("%w: it reflects topic %q, the commands are %q", errStale, t, topic)
+		return nil, fmt.Errorf("%w: it reflects topic %q, the commands are %q", errStale, t, topic)
 	}
+	behind := make(map[int32]int64)
 	parts := slices.Sorted(maps.Keys(store))
 	for p := range snap {
 		if _, ok := store[p]; !ok {
@@ -130,47 +169,173 @@ func matchLabel(label []byte, topic string, store map[int32]int64) error {
 		o, inStore := store[p]
 		switch {
 		case !inSnap:
-			return fmt.Errorf("%w: the store has partition %d at offset %d, the snapshot none", errStale, p, o)
+			return nil, fmt.Errorf("%w: the store has partition %d at offset %d, the snapshot none", errStale, p, o)
 		case !inStore:
-			return fmt.Errorf("%w: the snapshot has partition %d at offset %d, the store none", errStale, p, s)
-		case s != o:
-			return fmt.Errorf("%w: partition %d at offset %d in the snapshot, %d in the store", errStale, p, s, o)
+			return nil, fmt.Errorf("%w: the snapshot has partition %d at offset %d, the store none", errStale, p, s)
+		case s > o:
+			return nil, fmt.Errorf("%w: partition %d at offset %d in the snapshot, above the store's %d", errStale, p, s, o)
+		case s < o:
+			behind[p] = s
 		}
 	}
-	return nil
+	return behind, nil
+}
+
+// regate is what a gate loaded from a snapshot older than the store still
+// owes the store: per partition, the commands offset from which they are
+// applied again (re-gating each user they touch) and the store's
+// checkpoint at the load, through which they must be. Shared by the
+// restore (fills it), the group callbacks (start claims no later than
+// from), the commands side (clears a partition once applied through
+// until) and the snapshot writers (label no higher than from).
+//
+// A claim made while the restore runs (the group may assign partitions
+// before the gate is loaded) must not start before it knows its
+// partition's regate: wait returns once the restore has ended.
+type regate struct {
+	mu     sync.Mutex
+	m      map[int32]regateRange
+	loaded chan struct{} // closed once the restore ended; nil: not restoring (tests)
+}
+
+// reset forgets every pending regate and opens the wait for a restore.
+func (r *regate) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m, r.loaded = nil, make(chan struct{})
+}
+
+// finish ends the wait: the restore ended (loaded, scanned or failed).
+func (r *regate) finish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loaded != nil {
+		select {
+		case <-r.loaded:
+		default:
+			close(r.loaded)
+		}
+	}
+}
+
+// wait returns once the restore ended, or ctx's error.
+func (r *regate) wait(ctx context.Context) error {
+	r.mu.Lock()
+	ch := r.loaded
+	r.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type regateRange struct{ from, until int64 }
+
+func (r *regate) set(behind, store map[int32]int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m = make(map[int32]regateRange, len(behind))
+	for p, from := range behind {
+		r.m[p] = regateRange{from: from, until: store[p]}
+	}
+}
+
+// get returns partition's pending regate, if any.
+func (r *regate) get(partition int32) (regateRange, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g, ok := r.m[partition]
+	return g, ok
+}
+
+// reached notes that partition's commands are applied below next: its
+// regate is done once next reaches until.
+func (r *regate) reached(partition int32, next int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g, ok := r.m[partition]; ok && next >= g.until {
+		delete(r.m, partition)
+	}
+}
+
+// clear forgets every pending regate (the store forgot its users).
+func (r *regate) clear() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m = nil
+}
+
+// lower lowers each checkpoint of cps to its partition's pending regate's
+// from.
+func (r *regate) lower(cps map[int32]int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, g := range r.m {
+		if o, ok := cps[p]; ok && g.from < o {
+			cps[p] = g.from
+		}
+	}
+}
+
+// pending is how many partitions still owe a regate.
+func (r *regate) pending() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
 }
 
 // load replaces g's contents with the snapshot if it reflects store, or
-// returns why not (g is then as it was).
-func (s gateSnapshot) load(store Store, g *gate.Map) error {
+// (older true) if it can be brought to the store by applying commands
+// again, returning the partitions that need it (see regate); or returns
+// why not (g is then as it was).
+func (s gateSnapshot) load(store Store, g *gate.Map, older bool) (behind, cps map[int32]int64, err error) {
 	f, err := os.Open(s.path)
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w at %s", errNoSnapshot, s.path)
+		return nil, nil, fmt.Errorf("%w at %s", errNoSnapshot, s.path)
 	}
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	cps, err := store.Checkpoints(s.topic)
+	if cps, err = store.Checkpoints(s.topic); err != nil {
+		return nil, nil, err
+	}
+	err = g.Load(f, st.Size(), func(label []byte) error {
+		if !older {
+			return matchLabel(label, s.topic, cps)
+		}
+		var err error
+		behind, err = matchOlder(label, s.topic, cps)
+		return err
+	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	return g.Load(f, st.Size(), func(label []byte) error { return matchLabel(label, s.topic, cps) })
+	return behind, cps, nil
 }
 
-// save writes g, labelled with the store's checkpoints, to the path,
-// atomically. g must equal the store and nothing may change either while
-// save runs.
-func (s gateSnapshot) save(store Store, g *gate.Map) (SnapshotInfo, error) {
+// save writes g, labelled with the store's checkpoints, each lowered by
+// lower when it is not nil, to the path, atomically. g must reflect the
+// store through the label (see regate) and nothing may change either
+// while save runs.
+func (s gateSnapshot) save(store Store, g *gate.Map, lower func(cps map[int32]int64)) (SnapshotInfo, error) {
 	start := time.Now()
 	info := SnapshotInfo{Path: s.path, Members: g.Len()}
 	cps, err := store.Checkpoints(s.topic)
 	if err != nil {
 		return info, fmt.Errorf("unable to read the checkpoints: %w", err)
+	}
+	if lower != nil {
+		lower(cps)
 	}
 	dir := filepath.Dir(s.path)
 	// A save cut short by a kill leaves its temporary file: remove those

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,7 +86,7 @@ func TestSnapshotRestore(t *testing.T) {
 	ctx := context.Background()
 	store := snapshotStore(t, n)
 	scanned := gate.New()
-	if _, err := restoreGate(ctx, store, scanned, gateSnapshot{}); err != nil {
+	if _, err := restoreGate(ctx, store, scanned, gateSnapshot{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -94,7 +95,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "gate.snapshot.tmp-123"), []byte("torn"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	info, err := snap.save(store, scanned)
+	info, err := snap.save(store, scanned, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestSnapshotRestore(t *testing.T) {
 	restore := func(t *testing.T, s gateSnapshot) (*gate.Map, RestoredInfo) {
 		t.Helper()
 		g := gate.New()
-		info, err := restoreGate(ctx, store, g, s)
+		info, err := restoreGate(ctx, store, g, s, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +177,7 @@ func TestSnapshotRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 		scanned = gate.New()
-		if _, err := restoreGate(ctx, store, scanned, gateSnapshot{}); err != nil {
+		if _, err := restoreGate(ctx, store, scanned, gateSnapshot{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		g, info := restore(t, snap)
@@ -186,6 +187,56 @@ func TestSnapshotRestore(t *testing.T) {
 		}
 		if g.Allows(n+1, 5) {
 			t.Fatal("the leave after the snapshot is not in the gate")
+		}
+	})
+
+	// The same snapshot, older than the store, where a regate may bring
+	// it forward: loaded, with partition 1's commands to apply again
+	// from its label's offset through the store's checkpoint.
+	t.Run("older, with its commands to apply again", func(t *testing.T) {
+		var rg regate
+		rg.set(map[int32]int64{9: 1}, map[int32]int64{9: 5}) // a previous start's, forgotten
+		g := gate.New()
+		info, err := restoreGate(ctx, store, g, snap, &rg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Source != "snapshot" || !maps.Equal(info.Regate, map[int32]int64{1: 1}) {
+			t.Fatalf("restored %+v, want from the snapshot, partition 1 owing one command", info)
+		}
+		if got, ok := rg.get(1); !ok || got != (regateRange{from: 77, until: 78}) || rg.pending() != 1 {
+			t.Fatalf("regate of partition 1: %+v %v (%d pending), want from 77 until 78", got, ok, rg.pending())
+		}
+		cps := map[int32]int64{0: 40, 1: 78}
+		rg.lower(cps)
+		if !maps.Equal(cps, map[int32]int64{0: 40, 1: 77}) {
+			t.Fatalf("a snapshot written now is labelled %v, want partition 1 at 77", cps)
+		}
+		rg.reached(1, 77)
+		if rg.pending() != 1 {
+			t.Fatal("the regate ended before its commands were applied through the store's checkpoint")
+		}
+		rg.reached(1, 78)
+		if rg.pending() != 0 {
+			t.Fatal("the regate did not end once its commands were applied")
+		}
+	})
+
+	// A snapshot labelled above the store (the kill lost a batch before
+	// its sync that the snapshot saw) is never used.
+	t.Run("above the store", func(t *testing.T) {
+		ahead := gateSnapshot{path: filepath.Join(t.TempDir(), "gate.snapshot"), topic: snapTopic}
+		if _, err := ahead.save(store, scanned, func(cps map[int32]int64) { cps[0]++ }); err != nil {
+			t.Fatal(err)
+		}
+		var rg regate
+		info, err := restoreGate(ctx, store, gate.New(), ahead, &rg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Source != "scan" || !errors.Is(info.Fallback, errStale) || !strings.Contains(info.Fallback.Error(), "above the store") ||
+			rg.pending() != 0 {
+			t.Fatalf("restored %+v (%d regates), want the scan: above the store", info, rg.pending())
 		}
 	})
 }

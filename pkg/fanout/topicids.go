@@ -98,15 +98,21 @@ func (o outputIDs) changes(now outputIDs) []string {
 //
 // Its two callbacks run one after the other on the group's goroutine, on
 // every assignment: fetched keeps the metadata of the offsets the group
-// fetched, adjust moves the offsets it must.
+// fetched, adjust moves the offsets it must and tells each claim (when
+// claims is set) whether the group has a committed offset for its
+// partitions (claim.offsets).
 type inputStarts struct {
 	inputs []string // the routes' inputs, in route order
 	ids    []string // their fingerprints in the layout the run found
 	log    interface{ Info(string, ...any) }
+	claims *claims // nil in tests of the offsets alone
 
 	mu struct {
 		sync.Mutex
 		meta map[string]map[int32]string // by input and partition
+		// committed holds the partitions the group has a committed
+		// offset for, by input.
+		committed map[string]map[int32]bool
 	}
 }
 
@@ -117,7 +123,14 @@ func newInputStarts(inputs []string, found layout, log interface{ Info(string, .
 // fetched is a kgo.OnOffsetsFetched callback.
 func (s *inputStarts) fetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
 	meta := make(map[string]map[int32]string)
-	add := func(topic string, part int32, m *string) {
+	committed := make(map[string]map[int32]bool)
+	add := func(topic string, part int32, offset int64, m *string) {
+		if offset >= 0 {
+			if committed[topic] == nil {
+				committed[topic] = make(map[int32]bool)
+			}
+			committed[topic][part] = true
+		}
 		if m == nil || *m == "" {
 			return
 		}
@@ -128,18 +141,18 @@ func (s *inputStarts) fetched(_ context.Context, _ *kgo.Client, resp *kmsg.Offse
 	}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
-			add(t.Topic, p.Partition, p.Metadata)
+			add(t.Topic, p.Partition, p.Offset, p.Metadata)
 		}
 	}
 	for _, g := range resp.Groups {
 		for _, t := range g.Topics {
 			for _, p := range t.Partitions {
-				add(t.Topic, p.Partition, p.Metadata)
+				add(t.Topic, p.Partition, p.Offset, p.Metadata)
 			}
 		}
 	}
 	s.mu.Lock()
-	s.mu.meta = meta
+	s.mu.meta, s.mu.committed = meta, committed
 	s.mu.Unlock()
 	return nil
 }
@@ -147,27 +160,48 @@ func (s *inputStarts) fetched(_ context.Context, _ *kgo.Client, resp *kmsg.Offse
 // adjust is a kgo.AdjustFetchOffsetsFn callback.
 func (s *inputStarts) adjust(_ context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	s.mu.Lock()
-	meta := s.mu.meta
-	s.mu.meta = nil
+	meta, committed := s.mu.meta, s.mu.committed
+	s.mu.meta, s.mu.committed = nil, nil
 	s.mu.Unlock()
 	for route, in := range s.inputs {
 		for part := range offsets[in] {
-			raw, ok := meta[in][part]
-			if !ok {
-				continue
+			state := offsetsNone
+			if committed[in][part] {
+				state = offsetsCommitted
 			}
-			m, err := parseMeta(raw)
-			if err != nil || len(m.inputs) != len(s.ids) {
-				continue
-			}
-			if was, now := m.inputs[route], s.ids[route]; was != "-" && now != "-" && was != now {
+			if s.moved(route, in, part, meta[in][part]) {
 				offsets[in][part] = kgo.NewOffset().AtStart()
-				s.log.Info("input created again since its offset was committed: read from the new topic's beginning",
-					"topic", in, "partition", part, "was", was, "now", now)
+				state = offsetsNone // franz-go forgets the commit it replaces
+			}
+			if s.claims == nil {
+				continue
+			}
+			if c := s.claims.get(part); c != nil && route < len(c.offsets) {
+				c.offsets[route].Store(state)
 			}
 		}
 	}
 	return offsets, nil
+}
+
+// moved reports whether raw, the metadata committed with the offset of
+// partition part of in (route's input), names another topic of the
+// input's name: the offset is no position in this one.
+func (s *inputStarts) moved(route int, in string, part int32, raw string) bool {
+	if raw == "" {
+		return false
+	}
+	m, err := parseMeta(raw)
+	if err != nil || len(m.inputs) != len(s.ids) {
+		return false
+	}
+	was, now := m.inputs[route], s.ids[route]
+	if was == "-" || now == "-" || was == now {
+		return false
+	}
+	s.log.Info("input created again since its offset was committed: read from the new topic's beginning",
+		"topic", in, "partition", part, "was", was, "now", now)
+	return true
 }
 
 // outputsCheck is asked, just before a cycle commits, whether the outputs

@@ -69,19 +69,44 @@ func TestInputStartsAdjust(t *testing.T) {
 		rt.Partitions = append(rt.Partitions, rp)
 		resp.Topics = append(resp.Topics, rt)
 	}
+	// Partition 3 of s2: the group has no commit.
+	rt := kmsg.NewOffsetFetchResponseTopic()
+	rt.Topic = "s2"
+	rp := kmsg.NewOffsetFetchResponseTopicPartition()
+	rp.Partition, rp.Offset = 3, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	resp.Topics = append(resp.Topics, rt)
 	s := newInputStarts([]string{"s", "s2"}, found, slog.New(slog.DiscardHandler))
+	s.claims = &claims{}
+	for p := range int32(4) {
+		s.claims.put(newClaim(p, 2, 0, 0))
+	}
 	if err := s.fetched(context.Background(), nil, resp); err != nil {
 		t.Fatal(err)
 	}
 	at := kgo.NewOffset().At(5)
-	offsets := map[string]map[int32]kgo.Offset{"s": {0: at, 1: at, 2: at}, "s2": {0: at, 1: at}}
+	start := kgo.NewOffset().AtStart()
+	offsets := map[string]map[int32]kgo.Offset{"s": {0: at, 1: at, 2: at}, "s2": {0: at, 1: at, 3: start}}
 	got, err := s.adjust(context.Background(), offsets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := kgo.NewOffset().AtStart()
-	want := map[string]map[int32]kgo.Offset{"s": {0: start, 1: at, 2: at}, "s2": {0: at, 1: at}}
+	want := map[string]map[int32]kgo.Offset{"s": {0: start, 1: at, 2: at}, "s2": {0: at, 1: at, 3: start}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("adjust = %v, want %v", got, want)
+	}
+	// What each claim learnt of its partitions' commits, by route: a
+	// partition moved to the new topic's beginning has none any more.
+	for _, tc := range []struct {
+		part  int32
+		route int
+		want  int32
+	}{
+		{0, 0, offsetsNone}, {1, 0, offsetsCommitted}, {2, 0, offsetsCommitted}, {3, 0, offsetsUnknown},
+		{0, 1, offsetsCommitted}, {1, 1, offsetsCommitted}, {2, 1, offsetsUnknown}, {3, 1, offsetsNone},
+	} {
+		if got := s.claims.get(tc.part).offsets[tc.route].Load(); got != tc.want {
+			t.Errorf("partition %d route %d: offsets %d, want %d", tc.part, tc.route, got, tc.want)
+		}
 	}
 }
