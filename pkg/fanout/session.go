@@ -137,10 +137,11 @@ type txnSession struct {
 	// check, when set, is asked before a commit whether the outputs are
 	// the topics the run found (outputsCheck): if not, the cycle aborts.
 	check func(context.Context) error
-	// learned are committed offsets read from the group after a healed
-	// end (heal) found the transaction committed: franz-go's view of what
-	// is committed does not have them, and an abort must not rewind
-	// behind them (committed).
+	// learned are offsets franz-go's view of what is committed does not
+	// have: those of a healed end (heal) that found the transaction
+	// committed, and those a committed plan added or rewrote. An abort
+	// must not rewind behind them, and a heal compares the group's
+	// offsets with them (committed).
 	learned map[string]map[int32]kgo.EpochOffset
 }
 
@@ -215,6 +216,11 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 	case !done:
 		return Aborted, vetoed
 	}
+	// franz-go knows only the offsets it planned itself: a partition the
+	// plan added (metadata refreshed for commands alone, at offset 0 when
+	// the group had none) is committed without its knowing, and a later
+	// heal must compare the group's offsets with it.
+	t.learn(plans)
 	return Committed, nil
 }
 
