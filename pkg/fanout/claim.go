@@ -415,7 +415,7 @@ func (cs *claims) len() int {
 // not exact, when a signal at or after left was decided at all.
 func (c *claim) lateWindow(offset int64, left, end uint64, fwd fwdResult) (membership.LateLeave, bool) {
 	if offset < c.judgedBelow || end == left {
-		return membership.LateLeave{}, false // judged by an earlier owner; or an empty episode holds nothing
+		return membership.LateLeave{}, false // recorded by an earlier owner; or an empty episode holds nothing
 	}
 	if int64(left) > c.inheritedMaxNs && fwd.complete {
 		if !fwd.found {

@@ -31,7 +31,7 @@ import (
 //     where the wall clock stepped back (the late reading then runs on with
 //     the monotonic clock, 1/clockSlew slower, until the wall clock catches
 //     up). A step back never makes a valid signal look as if it came from
-//     the future, and a signal is judged by S4 once, at first sight, never
+//     the future, and a signal is checked by S4 once, at first sight, never
 //     again while it waits out its grace.
 //   - A leave's boundary and a signal's event time are the producers'
 //     clocks (the records' timestamps, or at_ns); receipts report the wall

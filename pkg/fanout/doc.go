@@ -60,7 +60,7 @@
 // instant; Config.Monotonic may not. Every duration and the order of a
 // run's own events are monotonic; an observation is stamped with a reading
 // of the wall clock that follows a forward step only at a slew of 1 ms per
-// second, and a signal's future skew is judged once, when it is fetched,
+// second, and a signal's future skew is checked once, when it is fetched,
 // against a reading that does not follow a backward step. So no step
 // releases a held signal early or dead-letters a valid one.
 //
@@ -75,7 +75,7 @@
 // back) were already forwarded, it is counted, logged, and stored with the
 // window [left_at, forwarded_through], which the changelog carries to the
 // purge job. A claim remembers the signals it forwarded (forwarded.go),
-// counting a cycle's only once its output is durable (a leave judged while
+// counting a cycle's only once its output is durable (a late leave recorded while
 // that cycle is open waits for its outcome), so forwarded_through is the
 // user's latest forwarded signal (exact); when an
 // earlier owner of the partition decided signals after left_at, or the
@@ -181,6 +181,32 @@
 // (producers using librdkafka's default CRC32 partitioner) are re-published
 // to the right partition of the same topic and counted, never applied or
 // forwarded where they are.
+//
+// # Words
+//
+// One word, one meaning, in the code and its comments:
+//
+//   - decide: the verdict on one signal or one command by the rules
+//     (rules.go: signalRules.decide, commandRules.decide); a signal the
+//     verdict sends to the gate is forwarded or dropped there.
+//   - late: a leave applied after signals of the episode it opens were
+//     forwarded; the applier records its window (recordLate), which the
+//     changelog carries to the purge job.
+//   - judged: said of the commands offset below which every command's
+//     changelog record was committed with the signals' offsets (and its
+//     lateness recorded): the offset metadata carries it to the next
+//     owner, which neither writes those records again nor reports those
+//     leaves late again (claim.judgedBelow, the loop's part.judged).
+//   - restore: a partition's users brought to an owner with no state for
+//     them from their changelog records (handover.go; restore headers,
+//     restore progress, Config.RestoreParallel); at start, the gate is
+//     restored from the store or its snapshot (restore.go, snapshot.go;
+//     EventListener.Restored), the same word for the same act: state
+//     rebuilt from a durable copy without replaying the commands.
+//   - replay: the commands applied again from an offset; every shortcut
+//     above equals one (TestShortcutsEqualReplay).
+//   - stall: no progress of the signals side while it says it is ready;
+//     the stall watch assesses it (stall.go).
 //
 // # Reading order
 //

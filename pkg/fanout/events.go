@@ -422,7 +422,7 @@ func (s Stall) String() string {
 }
 
 // StallInfo is a stall that began (Lasted: how long its failures had gone
-// on when it was judged one) or ended (Ended, Lasted in all).
+// on when it was assessed one) or ended (Ended, Lasted in all).
 type StallInfo struct {
 	Stall
 	Lasted time.Duration

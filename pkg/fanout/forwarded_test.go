@@ -54,9 +54,9 @@ func TestForwardedEviction(t *testing.T) {
 }
 
 // TestForwardedSettle: a cycle's signals count as forwarded only once its
-// output is durable. A window judged against an aborted cycle's signals
+// output is durable. A window recorded against an aborted cycle's signals
 // was spurious (a chaos kill run: an exact window holding no forwarded
-// signal); one judged against an unknown outcome cannot be exact.
+// signal); one recorded against an unknown outcome cannot be exact.
 func TestForwardedSettle(t *testing.T) {
 	for _, tc := range []struct {
 		out             Outcome
@@ -84,7 +84,7 @@ func TestForwardedSettle(t *testing.T) {
 	}
 }
 
-// TestForwardedWaitsForTheCycle: a leave judged while the cycle that
+// TestForwardedWaitsForTheCycle: a late leave recorded while the cycle that
 // forwarded a signal of the user in its window is open waits for the
 // cycle's outcome: aborted, the signal was not forwarded (and is decided
 // again, with the leave in the gate); committed, it was.

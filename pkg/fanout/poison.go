@@ -135,7 +135,7 @@ func (rf *refusals) add(out *kgo.Record, err error) (tries int) {
 }
 
 // forgetTooLarge drops the refusals for size: they were refused under
-// limits that have changed since, and the inputs are judged again under
+// limits that have changed since, and the inputs are decided again under
 // the new ones.
 func (rf *refusals) forgetTooLarge() {
 	rf.mu.Lock()

@@ -12,7 +12,7 @@ type queue struct {
 
 // held is a fetched signal and the clock when it was fetched: fetchedMono
 // (monotonic ns) for the time it is held, seenNs (the late reading, ns
-// since the Unix epoch) for its future skew, judged at first sight.
+// since the Unix epoch) for its future skew, checked at first sight.
 type held struct {
 	r           *kgo.Record
 	fetchedMono int64

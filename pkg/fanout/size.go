@@ -17,7 +17,7 @@ import (
 // Record sizes as a broker measures them against a topic's
 // max.message.bytes: the record batch the record travels in. A record is
 // sized as if alone in a batch, with the widest timestamp and offset deltas
-// it could have inside a larger one, so that a record judged to fit fits in
+// it could have inside a larger one, so that a record found to fit fits in
 // any batch franz-go builds (which also refuses, before compressing, a
 // record whose batch would exceed its ProducerBatchMaxBytes).
 const (
@@ -61,7 +61,7 @@ type limits struct {
 func (l limits) equal(o limits) bool { return maps.Equal(l.byTopic, o.byTopic) }
 
 // liveLimits are the topics' limits as last read: at start, then every
-// interval (watch), and again whenever a record is refused or judged too
+// interval (watch), and again whenever a record is refused or found too
 // large (since), so that no record is trimmed or dead-lettered against a
 // limit read before it was met. A limit changed while the processor runs
 // replaces the signals session (emitter.followLimits): franz-go sizes a

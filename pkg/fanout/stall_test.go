@@ -30,7 +30,7 @@ func newFakeStall(t *testing.T, after, halt time.Duration) *fakeStall {
 }
 
 // advance moves the clock by d in steps of step, doing each step first
-// and judging after it; it returns the first halt.
+// and assessing after it; it returns the first halt.
 func (f *fakeStall) advance(d, step time.Duration, each func()) error {
 	f.t.Helper()
 	for end := f.at.Add(d); f.at.Before(end); {
@@ -63,7 +63,7 @@ func (f *fakeStall) notStalled() {
 }
 
 // TestStallWatch drives each cause of a stall on an injected clock: it
-// is judged only past its bound, reported once when it begins and once
+// is reported only past its bound, reported once when it begins and once
 // when it ends, and ends with progress.
 func TestStallWatch(t *testing.T) {
 	const after, step = 10 * time.Second, 50 * time.Millisecond
