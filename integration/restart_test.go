@@ -233,3 +233,38 @@ func allows(s propState, ts uint64) bool {
 	}
 	return true
 }
+
+// TestSnapshotWhileRunningAfterABurst: commands that come in one burst
+// and then stop still get their gate snapshot written while running, once
+// the interval has passed. The snapshot was written only between two
+// batches, so a burst applied within one interval, followed by quiet, left
+// the gate unsaved until the next command came: a crash meanwhile cost a
+// replay of everything since the previous snapshot.
+func TestSnapshotWhileRunningAfterABurst(t *testing.T) {
+	e := newEnv(t, 2)
+	dir := t.TempDir()
+	cfg := e.config()
+	cfg.GateSnapshot = filepath.Join(dir, "gate.snapshot")
+	cfg.GateSnapshotInterval = 200 * time.Millisecond
+	var ev restarts
+	ev.listen(&cfg)
+	pr := e.start(dir, cfg)
+	pr.waitReady(t, 2)
+	t0 := base()
+	for u := uint64(1); u <= 3; u++ {
+		e.command(topics.Leave, u, t0.Add(time.Duration(u)*time.Second))
+	}
+	eventually(t, 20*time.Second, func() error {
+		ev.mu.Lock()
+		defer ev.mu.Unlock()
+		for _, s := range ev.saved {
+			if s.Running && s.Err == nil && s.Members == 3 {
+				return nil
+			}
+		}
+		return fmt.Errorf("no gate snapshot of the 3 leavers written while running (%d written)", len(ev.saved))
+	})
+	if err := pr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

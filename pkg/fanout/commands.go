@@ -228,14 +228,35 @@ func (a *applier) snapshotDue() {
 	a.ev.SnapshotSaved(info)
 }
 
-// poll polls the commands, until records come or a claim waits to be
-// prepared.
+// snapshotWait is how long until a gate snapshot made due by commands
+// applied since the last one is to be written (snapshotDue), 0 when none
+// is pending.
+func (a *applier) snapshotWait() time.Duration {
+	every := a.cfg.GateSnapshotInterval
+	if a.snap.path == "" || every <= 0 || !a.snapDirty || a.lastSnap.IsZero() {
+		return 0
+	}
+	return max(every-time.Since(a.lastSnap), time.Millisecond)
+}
+
+// poll polls the commands, until records come, a claim waits to be
+// prepared, or a gate snapshot is due.
 func (a *applier) poll(ctx context.Context) kgo.Fetches {
-	if a.wake == nil {
+	due := a.snapshotWait()
+	if a.wake == nil && due <= 0 {
 		return a.cl.PollFetches(ctx)
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if due > 0 {
+		// A burst of commands and then none: the snapshot they made due
+		// is written when its interval ends, not at the next batch.
+		t := time.AfterFunc(due, cancel)
+		defer t.Stop()
+	}
+	if a.wake == nil {
+		return a.cl.PollFetches(pctx)
+	}
 	go func() {
 		select {
 		case <-a.wake:
