@@ -1,5 +1,6 @@
 // Package docs holds the guides beyond the README (operations, clients,
-// development) and the tests that keep the README and them joined up.
+// development) and the tests that keep the README and them joined up, and
+// the repository's words readable without its issue tracker.
 package docs
 
 import (
@@ -269,5 +270,53 @@ func TestWhereTheCodeLivesNamesRealFiles(t *testing.T) {
 	}
 	if named < 20 {
 		t.Fatalf("%d paths found in Where the code lives: the test reads it wrong", named)
+	}
+}
+
+// citation is a pointer at a numbered issue or its section, which means
+// nothing to a reader of the repository.
+var citation = regexp.MustCompile(`(?i)\bissues? #?[0-9]+|§ ?[0-9]`)
+
+// TestNoIssueCitations: code, comments, report strings, the Makefile and
+// the guides say the reason or the test's name, never "issue N" or
+// "§M". BENCHMARKS.md is history: its old sections keep their headings.
+func TestNoIssueCitations(t *testing.T) {
+	checked := 0
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if p != ".." && (strings.HasPrefix(name, ".") && name != ".ci" || name == "bin" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch {
+		case strings.HasPrefix(name, "BENCHMARKS"):
+			return nil
+		case name == "Makefile", strings.HasSuffix(name, ".go"), strings.HasSuffix(name, ".md"),
+			strings.HasSuffix(name, ".sh"), filepath.Base(filepath.Dir(p)) == ".ci":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		checked++
+		for n, l := range strings.Split(string(b), "\n") {
+			if m := citation.FindString(l); m != "" {
+				t.Errorf("%s:%d: %q: say the reason or the test's name", strings.TrimPrefix(filepath.ToSlash(p), "../"), n+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("%d files checked: the test no longer finds the code", checked)
 	}
 }
