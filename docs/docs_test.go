@@ -320,3 +320,74 @@ func TestNoIssueCitations(t *testing.T) {
 		t.Fatalf("%d files checked: the test no longer finds the code", checked)
 	}
 }
+
+// cited is a pointer of the Go code into a guide: README, "The rules,
+// precisely" or docs/operations.md, "Least privilege (ACLs)" (in a
+// comment, a raw string or an escaped one).
+var cited = regexp.MustCompile(`\b(README(?:\.md)?|docs/[a-z]+\.md)(?:'s|,) \\?"([^"\\]+)\\?"`)
+
+// TestCitedSectionsExist: each section of a guide that Go code names in
+// the form above — in a comment, or in an error an operator reads — is
+// there: a heading of that file that begins with the words cited, or a
+// paragraph that opens with them ("Tombstones."). Text moved between
+// the guides must take the code's pointers along.
+func TestCitedSectionsExist(t *testing.T) {
+	continued := regexp.MustCompile(`\n\s*// ?`)
+	found := 0
+	texts := map[string][]string{}
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != ".." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || filepath.Base(p) == "docs_test.go" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range cited.FindAllStringSubmatch(continued.ReplaceAllString(string(b), " "), -1) {
+			guide, words := m[1], m[2]
+			if guide == "README" {
+				guide = "README.md"
+			}
+			lines, ok := texts[guide]
+			if !ok {
+				lines = prose(readRoot(t, guide))
+				texts[guide] = lines
+			}
+			found++
+			if !opensWith(lines, words) {
+				t.Errorf("%s cites %s, %q: no heading or paragraph there begins so",
+					strings.TrimPrefix(filepath.ToSlash(p), "../"), guide, words)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 10 {
+		t.Fatalf("%d citations found: the test no longer reads the code right", found)
+	}
+}
+
+// opensWith says whether a heading of lines begins with words, or a
+// paragraph with words and a full stop or a colon.
+func opensWith(lines []string, words string) bool {
+	for i, l := range lines {
+		if m := heading.FindStringSubmatch(l); m != nil && strings.HasPrefix(m[1], words) {
+			return true
+		}
+		if (i == 0 || lines[i-1] == "") && (strings.HasPrefix(l, words+".") || strings.HasPrefix(l, words+":")) {
+			return true
+		}
+	}
+	return false
+}
