@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Time, and which clock decides what. The wall clock (Config.Now) can be
+// Time, and which clock measures what. The wall clock (Config.Now) can be
 // stepped by an operator or NTP, in either direction, at any instant; the
 // monotonic clock (Config.Monotonic) cannot. The processor reads both,
 // through one clock, and never compares a wall-clock instant it read at one
