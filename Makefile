@@ -1,5 +1,6 @@
-# Targets are the interface CI calls (.ci/run). Every target works on a fresh
-# machine with Go; only test-kafka, kafka-start and bench need Java and Maven.
+# Targets are the interface CI calls (.ci/run). build, run, test, lint, fuzz,
+# clean and bench-scale work on a fresh machine with Go alone; the others
+# need a broker (kafka-start: Java and Maven) or the tool their comment names.
 
 GO        ?= go
 BIN       := bin/processor

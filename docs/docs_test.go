@@ -1,5 +1,6 @@
 // Package docs holds the guides beyond the README (operations, clients,
-// development) and the tests that keep the README and them joined up.
+// development) and the tests that keep the README and them joined up, and
+// the repository's words readable without its issue tracker.
 package docs
 
 import (
@@ -270,4 +271,123 @@ func TestWhereTheCodeLivesNamesRealFiles(t *testing.T) {
 	if named < 20 {
 		t.Fatalf("%d paths found in Where the code lives: the test reads it wrong", named)
 	}
+}
+
+// citation is a pointer at a numbered issue or its section, which means
+// nothing to a reader of the repository.
+var citation = regexp.MustCompile(`(?i)\bissues? #?[0-9]+|§ ?[0-9]`)
+
+// TestNoIssueCitations: code, comments, report strings, the Makefile and
+// the guides say the reason or the test's name, never "issue N" or
+// "§M". BENCHMARKS.md is history: its old sections keep their headings.
+func TestNoIssueCitations(t *testing.T) {
+	checked := 0
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if p != ".." && (strings.HasPrefix(name, ".") && name != ".ci" || name == "bin" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch {
+		case strings.HasPrefix(name, "BENCHMARKS"):
+			return nil
+		case name == "Makefile", strings.HasSuffix(name, ".go"), strings.HasSuffix(name, ".md"),
+			strings.HasSuffix(name, ".sh"), filepath.Base(filepath.Dir(p)) == ".ci":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		checked++
+		for n, l := range strings.Split(string(b), "\n") {
+			if m := citation.FindString(l); m != "" {
+				t.Errorf("%s:%d: %q: say the reason or the test's name", strings.TrimPrefix(filepath.ToSlash(p), "../"), n+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("%d files checked: the test no longer finds the code", checked)
+	}
+}
+
+// cited is a pointer of the Go code into a guide: README, "The rules,
+// precisely" or docs/operations.md, "Least privilege (ACLs)" (in a
+// comment, a raw string or an escaped one).
+var cited = regexp.MustCompile(`\b(README(?:\.md)?|docs/[a-z]+\.md)(?:'s|,) \\?"([^"\\]+)\\?"`)
+
+// TestCitedSectionsExist: each section of a guide that Go code names in
+// the form above — in a comment, or in an error an operator reads — is
+// there: a heading of that file that begins with the words cited, or a
+// paragraph that opens with them ("Tombstones."). Text moved between
+// the guides must take the code's pointers along.
+func TestCitedSectionsExist(t *testing.T) {
+	continued := regexp.MustCompile(`\n\s*// ?`)
+	found := 0
+	texts := map[string][]string{}
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != ".." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || filepath.Base(p) == "docs_test.go" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range cited.FindAllStringSubmatch(continued.ReplaceAllString(string(b), " "), -1) {
+			guide, words := m[1], m[2]
+			if guide == "README" {
+				guide = "README.md"
+			}
+			lines, ok := texts[guide]
+			if !ok {
+				lines = prose(readRoot(t, guide))
+				texts[guide] = lines
+			}
+			found++
+			if !opensWith(lines, words) {
+				t.Errorf("%s cites %s, %q: no heading or paragraph there begins so",
+					strings.TrimPrefix(filepath.ToSlash(p), "../"), guide, words)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 10 {
+		t.Fatalf("%d citations found: the test no longer reads the code right", found)
+	}
+}
+
+// opensWith says whether a heading of lines begins with words, or a
+// paragraph with words and a full stop or a colon.
+func opensWith(lines []string, words string) bool {
+	for i, l := range lines {
+		if m := heading.FindStringSubmatch(l); m != nil && strings.HasPrefix(m[1], words) {
+			return true
+		}
+		if (i == 0 || lines[i-1] == "") && (strings.HasPrefix(l, words+".") || strings.HasPrefix(l, words+":")) {
+			return true
+		}
+	}
+	return false
 }

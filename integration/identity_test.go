@@ -69,8 +69,8 @@ func TestResentLeavesCostConstantBytes(t *testing.T) {
 }
 
 // TestRefusedRejoinRetriedIsRefusedAgain: a rejoin refused by rule C7
-// (before the open leave), retried as the README recommends (same request
-// id and boundary), got a changelog record saying "duplicate": true —
+// (before the open leave), retried as docs/client.md recommends (same
+// request id and boundary), got a changelog record saying "duplicate": true —
 // applied before — and no dead letter, for a command that was never
 // applied. A refused command is refused on every retry, and says so.
 func TestRefusedRejoinRetriedIsRefusedAgain(t *testing.T) {

@@ -26,9 +26,9 @@ const (
 // TestRecreatedOutputStallsVisibly: the cohort topic deleted and created
 // again under a running processor. Its producer keeps the old topic ID,
 // every produce fails with UNKNOWN_TOPIC_ID and every cycle carrying the
-// signal aborts. The README's liveness rule: within the bound the
-// processor says it is not ready, and why (a stall of cause aborts,
-// counted), then halts past StallHalt, and a restart (what an
+// signal aborts. By promise 10 (README, "What it promises"): within the
+// bound the processor says it is not ready, and why (a stall of cause
+// aborts, counted), then halts past StallHalt, and a restart (what an
 // orchestrator does on the halt) forwards the signal to the new topic.
 // Where production resumes by itself (the new topic's ID adopted while
 // running), the signal is forwarded instead, and the rule holds as well:
@@ -150,7 +150,7 @@ func TestRecreatedInputOrChangelogIsLive(t *testing.T) {
 // /readyz) until progressed reports true (it returns "") or the processor
 // says it is not ready because it is stalled (it returns why), and fails
 // the test if it says it is ready, without progress, for longer than
-// stallTimeout+stallSlack (the README's liveness rule), or if neither
+// stallTimeout+stallSlack (README, "What it promises", 10), or if neither
 // happens within deadline.
 func holdsLiveness(t *testing.T, ready func() (bool, string), deadline time.Duration, progressed func() bool) string {
 	t.Helper()

@@ -164,7 +164,7 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.StringVar(&addr, "api-addr", "127.0.0.1:8081", "address of the running processor's membership API (its --api-addr)")
 	f.StringVar(&tokenFile, "api-token-file", filepath.Join("cohortgate-data", apiTokenFileName), "file holding the API's bearer token (the processor's --api-token-file; by default the one it creates in its --data-dir)")
 	f.StringVar(&user, "user", "", "user id, a decimal u64 (required)")
-	f.StringVar(&k.brokers, "brokers", "", "comma-separated seed brokers (host:port); set: read the changelog instead of asking --http-addr")
+	f.StringVar(&k.brokers, "brokers", "", "comma-separated seed brokers (host:port); set: read the changelog instead of asking --api-addr")
 	k.register(f)
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the processor or the brokers")
 	if err := f.parse(args); err != nil {

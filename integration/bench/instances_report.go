@@ -148,7 +148,7 @@ func (r *instancesReport) markdown() string {
 	if o.cold {
 		how = "started at once into an empty group"
 	}
-	w("## %s UTC: 1 to %d instances %s, %s members (issue 16 §4)\n\n", r.Started.UTC().Format("2006-01-02 15:04"), o.max, how, thousands(float64(o.members)))
+	w("## %s UTC: 1 to %d instances %s, %s members\n\n", r.Started.UTC().Format("2006-01-02 15:04"), o.max, how, thousands(float64(o.members)))
 	w("- machine: %d cores, %s, %.0f GiB RAM, %s; %s at the start, %s at the end (shared with other work)\n",
 		m.Cores, m.CPU, m.MemGiB, m.Go, m.LoadAvg, r.LoadAvgEnd)
 	w("- broker: %s (one KRaft node, on the same machine)\n", r.Broker)

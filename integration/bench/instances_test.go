@@ -157,7 +157,7 @@ func TestInstancesReport(t *testing.T) {
 
 	md := r.markdown()
 	for _, want := range []string{
-		"## 2026-12-05 08:00 UTC: 1 to 2 instances in one group, 1,000,000 members (issue 16 §4)",
+		"## 2026-12-05 08:00 UTC: 1 to 2 instances in one group, 1,000,000 members",
 		"| 1 | 3.00 [1.00 – 5.00] | – |",
 		"| 2 (1 failed) | 3.00 [2.00 – 4.00] | 2.50 |",
 		"| 1.50 [1.00 – 2.00] | 1.00 [1.00 – 1.00] | 1,000,000 [1,000,000 – 1,000,000] | 1 MiB |",

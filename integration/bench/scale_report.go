@@ -294,7 +294,7 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 		invoked = "bench scale --sizes " + joinList(intStrings(o.sizes))
 	}
 	m := readMachine()
-	w("## %s UTC: restart to ready, 1M to 100M members (issue 16 §2)\n\n", started.Format("2006-01-02 15:04"))
+	w("## %s UTC: restart to ready, 1M to 100M members\n\n", started.Format("2006-01-02 15:04"))
 	w("- machine: %d cores, %s, %.0f GiB RAM, %s; %s at the start, %s at the end (shared: other sessions' builds and tests ran beside this one)\n",
 		m.Cores, m.CPU, m.MemGiB, m.Go, loadStart, loadEnd)
 	w("- command: `%s`; took %v; picture: [%s](%s), figures: [%s](%s)\n\n", invoked, took.Round(time.Second), o.png, o.png, o.csv, o.csv)

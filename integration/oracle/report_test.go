@@ -77,13 +77,13 @@ func TestNewJudgeRefuses(t *testing.T) {
 }
 
 func TestDecodeChangelog(t *testing.T) {
-	readme := `{"user_id":42,"status":"left","left_at_ns":1764633600000000000,
+	example := `{"user_id":42,"status":"left","left_at_ns":1764633600000000000,
  "history":[{"left_at_ns":1700000000000000000,"rejoined_at_ns":1710000000000000000}],
  "late_leaves":[{"left_at_ns":1764633600000000000,"forwarded_through_ns":1764633600400000000,"exact":true}],
  "command":{"op":"leave","at_ns":1764633600000000000,"topic":"membership.commands",
             "partition":3,"offset":17,"request_id":"r-1","changed":true},
  "receipt":{"applied_at_ns":1764633600120000000,"signals_partition":3,"signals_offset":5120}}`
-	got, err := decodeChangelog([]byte(readme))
+	got, err := decodeChangelog([]byte(example))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestDecodeChangelog(t *testing.T) {
 	}
 	if got.userID != want.userID || got.left != want.left || got.leftAt != want.leftAt || got.command != want.command ||
 		len(got.history) != 1 || got.history[0] != want.history[0] || len(got.windows) != 1 || got.windows[0] != want.windows[0] {
-		t.Fatalf("the README's example decodes to %+v, want %+v", got, want)
+		t.Fatalf("docs/client.md's example decodes to %+v, want %+v", got, want)
 	}
 	for _, bad := range []string{
 		``, `[]`, `{"user_id":1,"status":"left"}`,

@@ -21,7 +21,7 @@ import (
 // An observation (sent, end) is the end of a commands partition as the
 // broker reported it to a request sent at wall-clock time sent: because
 // the broker answers after the request was sent, every command
-// acknowledged before sent lies below end. sent is the clock's early
+// acknowledged before sent lies below end. sent is the clock's low
 // reading (clock.go), so that no step of the wall clock stamps an
 // observation later than it was sent. The end is the high watermark,
 // not the last stable offset: commands above a transaction left open
@@ -33,7 +33,7 @@ import (
 // (rules.go).
 
 // observation is the end of a commands partition observed by a request
-// sent at wall-clock sentNs (ns since the Unix epoch, the clock's early
+// sent at wall-clock sentNs (ns since the Unix epoch, the clock's low
 // reading) and monotonic sentMono.
 type observation struct {
 	sentNs   int64
@@ -139,7 +139,7 @@ func (a *alignment) newestEnd() int64 {
 }
 
 // observe records an observation. One not sent after the newest, by either
-// clock, is ignored, so that both stay ascending: the early reading stands
+// clock, is ignored, so that both stay ascending: the low reading stands
 // still while the wall clock is stepped back by d, which thus delays
 // decisions by at most d. An end below the newest
 // recorded end is not stored: the log went backwards (the topic was
@@ -317,7 +317,7 @@ func (al *aligner) tick(ctx context.Context) error {
 		before[i], parts[i] = a.applied.Load(), a.partition
 	}
 	now := al.clk.read()
-	sent := now.early
+	sent := now.low
 	isolation := isolationUncommitted // the high watermark
 	if al.lso {
 		isolation = isolationCommitted

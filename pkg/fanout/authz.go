@@ -37,6 +37,6 @@ func notAuthorized(where string, err error) error {
 	if !isAuthzFailure(err) {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: %w; grant the principal the ACL it names (the README's least-privilege table lists them)",
+	return fmt.Errorf(`%w: %s: %w; grant the principal the ACL it names (docs/operations.md, "Least privilege (ACLs)", lists them)`,
 		ErrNotAuthorized, where, err)
 }

@@ -400,7 +400,7 @@ func (cs *claims) len() int {
 	return len(cs.mu.m)
 }
 
-// lateWindow decides the late-leave window of a leave at commands offset
+// lateWindow works out the late-leave window of a leave at commands offset
 // offset whose episode, as the batch leaves it, is [left, end) (end is
 // membership.OpenEnd while open). fwd is what the claim's record of
 // forwarded signals knows of the user in [left, end): the latest event time

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Time, and which clock decides what. The wall clock (Config.Now) can be
+// Time, and which clock measures what. The wall clock (Config.Now) can be
 // stepped by an operator or NTP, in either direction, at any instant; the
 // monotonic clock (Config.Monotonic) cannot. The processor reads both,
 // through one clock, and never compares a wall-clock instant it read at one
@@ -16,19 +16,19 @@ import (
 //     wrong, whether an observation was sent after an assignment) are
 //     monotonic.
 //   - The instant an observation of a commands partition was sent, which
-//     S5 compares with a signal's event time plus grace, is the early
+//     S5 compares with a signal's event time plus grace, is the low
 //     reading: the wall clock, but never more than the monotonic time
-//     elapsed (plus 1/clockSlew of it) ahead of the previous early
+//     elapsed (plus 1/clockSlew of it) ahead of the previous low
 //     reading. A forward step is therefore not followed at once: it is
 //     caught up at 1 ms per second, so a step that is undone within a
 //     second or so moves no observation into the future, and a step that
 //     stays is caught up gradually (a minute's step in about 17 hours),
 //     making signals wait longer, never shorter, meanwhile. A backward step
-//     makes the early reading stand still until the wall clock passes it
+//     makes the low reading stand still until the wall clock passes it
 //     again.
-//   - The future skew of a signal (S4) is measured against the late
+//   - The future skew of a signal (S4) is measured against the high
 //     reading taken when the signal was fetched: the wall clock, or more
-//     where the wall clock stepped back (the late reading then runs on with
+//     where the wall clock stepped back (the high reading then runs on with
 //     the monotonic clock, 1/clockSlew slower, until the wall clock catches
 //     up). A step back never makes a valid signal look as if it came from
 //     the future, and a signal is checked by S4 once, at first sight, never
@@ -43,8 +43,8 @@ import (
 // min(d, s/clockSlew)), and none dead-letters a signal whose event time was
 // within the future skew of the true time.
 
-// clockSlew is how much slower than the wall clock's own steps the early
-// and late readings may follow it: one part in clockSlew of the monotonic
+// clockSlew is how much slower than the wall clock's own steps the low
+// and high readings may follow it: one part in clockSlew of the monotonic
 // time elapsed, like NTP's slew of at most 500 ppm.
 const clockSlew = 1000
 
@@ -56,8 +56,8 @@ type clock struct {
 	mu      sync.Mutex
 	started bool
 	last    time.Duration // the monotonic time of the previous reading
-	early   int64         // ns since the Unix epoch
-	late    int64         // ns since the Unix epoch
+	low     int64         // ns since the Unix epoch
+	high    int64         // ns since the Unix epoch
 }
 
 func newClock(wall func() time.Time, mono func() time.Duration) *clock {
@@ -69,31 +69,31 @@ type reading struct {
 	// mono is the monotonic time (ns since an arbitrary origin of this
 	// run): for durations and the order of this run's events.
 	mono int64
-	// early is a wall-clock instant (ns since the Unix epoch) that is not
+	// low is a wall-clock instant (ns since the Unix epoch) that is not
 	// ahead of the true time unless the wall clock was ahead for long (see
 	// above): the instant an observation was sent.
-	early int64
-	// late is a wall-clock instant not behind the wall clock: the instant
+	low int64
+	// high is a wall-clock instant not behind the wall clock: the instant
 	// against which a signal's future skew is measured.
-	late int64
+	high int64
 }
 
-// read returns the clock now. Its early and late readings never decrease.
+// read returns the clock now. Its low and high readings never decrease.
 func (c *clock) read() reading {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.mono()
 	w := c.wall().UnixNano()
 	if !c.started {
-		c.started, c.last, c.early, c.late = true, m, w, w
-		return reading{mono: int64(m), early: w, late: w}
+		c.started, c.last, c.low, c.high = true, m, w, w
+		return reading{mono: int64(m), low: w, high: w}
 	}
 	d := max(m-c.last, 0)
 	c.last = m
 	slew := int64(d) / clockSlew
-	c.early = max(c.early, min(w, c.early+int64(d)+slew))
-	c.late = max(w, c.late+int64(d)-slew)
-	return reading{mono: int64(m), early: c.early, late: c.late}
+	c.low = max(c.low, min(w, c.low+int64(d)+slew))
+	c.high = max(w, c.high+int64(d)-slew)
+	return reading{mono: int64(m), low: c.low, high: c.high}
 }
 
 // monoNow returns the monotonic time, ns since the run's origin.

@@ -22,7 +22,7 @@ func TestClockReadings(t *testing.T) {
 	base := time.Unix(1000, 0).UnixNano()
 	type step struct {
 		advance, offset time.Duration // then read
-		early, late     int64         // want, relative to base
+		low, high       int64         // want, relative to base
 	}
 	for _, tc := range []struct {
 		name  string
@@ -30,19 +30,19 @@ func TestClockReadings(t *testing.T) {
 	}{
 		{"no step: both are the wall clock", []step{
 			{0, 0, 0, 0}, {time.Second, 0, s, s}, {time.Second, 0, 2 * s, 2 * s}}},
-		{"a forward step is slewed into early, followed by late", []step{
+		{"a forward step is slewed into low, followed by high", []step{
 			{0, 0, 0, 0},
 			{time.Second, time.Minute, s + s/clockSlew, 61 * s},
 			{time.Second, time.Minute, 2*s + 2*s/clockSlew, 62 * s},
-			// undone: early is the wall clock again, never having led the
-			// true time by more than the slew; late runs on, slower,
+			// undone: low is the wall clock again, never having led the
+			// true time by more than the slew; high runs on, slower,
 			// until the wall clock catches up
 			{time.Second, 0, 3 * s, 63*s - s/clockSlew}}},
-		{"a backward step: early stands still, late runs on", []step{
+		{"a backward step: low stands still, high runs on", []step{
 			{0, 0, 0, 0},
 			{time.Second, -10 * time.Second, 0, s - s/clockSlew},
 			{5 * time.Second, -10 * time.Second, 0, 6*s - 6*s/clockSlew},
-			// the wall clock passes early again and leads it
+			// the wall clock passes low again and leads it
 			{10 * time.Second, -10 * time.Second, 6 * s, 16*s - 16*s/clockSlew}}},
 		{"the monotonic clock standing still moves neither", []step{
 			{0, 0, 0, 0}, {0, time.Hour, 0, 3600 * s}, {0, 0, 0, 3600 * s}}},
@@ -54,20 +54,20 @@ func TestClockReadings(t *testing.T) {
 				f.mono += st.advance
 				f.offset = st.offset
 				r := c.read()
-				if r.mono != int64(f.mono) || r.early-base != st.early || r.late-base != st.late {
-					t.Fatalf("reading %d (monotonic %v, wall offset %v) = mono %d, early %+d, late %+d; want %d, %+d, %+d",
-						i, f.mono, f.offset, r.mono, r.early-base, r.late-base, int64(f.mono), st.early, st.late)
+				if r.mono != int64(f.mono) || r.low-base != st.low || r.high-base != st.high {
+					t.Fatalf("reading %d (monotonic %v, wall offset %v) = mono %d, low %+d, high %+d; want %d, %+d, %+d",
+						i, f.mono, f.offset, r.mono, r.low-base, r.high-base, int64(f.mono), st.low, st.high)
 				}
 			}
 		})
 	}
 }
 
-// TestClockEarlyNeverAhead: whatever the wall clock does, the early
+// TestClockLowNeverAhead: whatever the wall clock does, the low
 // reading is never ahead of the true time (the monotonic one here) by more
-// than the slew of the time the wall clock spent ahead of it, and the late
+// than the slew of the time the wall clock spent ahead of it, and the high
 // reading never behind the wall clock.
-func TestClockEarlyNeverAhead(t *testing.T) {
+func TestClockLowNeverAhead(t *testing.T) {
 	var f fakeClock
 	c := f.clock()
 	base := time.Unix(1000, 0).UnixNano()
@@ -83,11 +83,11 @@ func TestClockEarlyNeverAhead(t *testing.T) {
 			ahead += d // the step may have come at the start of d
 		}
 		r := c.read()
-		if lead := time.Duration(r.early - base - int64(f.mono)); lead > ahead/clockSlew {
-			t.Fatalf("reading %d: early leads the true time by %v after %v with the wall clock ahead", i, lead, ahead)
+		if lead := time.Duration(r.low - base - int64(f.mono)); lead > ahead/clockSlew {
+			t.Fatalf("reading %d: low leads the true time by %v after %v with the wall clock ahead", i, lead, ahead)
 		}
-		if wall := base + int64(f.mono+f.offset); r.late < wall {
-			t.Fatalf("reading %d: late %d behind the wall clock %d", i, r.late, wall)
+		if wall := base + int64(f.mono+f.offset); r.high < wall {
+			t.Fatalf("reading %d: high %d behind the wall clock %d", i, r.high, wall)
 		}
 	}
 }

@@ -605,7 +605,7 @@ func (a *applier) one(ctx context.Context, b *membership.Batch, c *claim, r *kgo
 	if v.act == actDeadLetter && v.reason == topics.ReasonRecordTooLarge && a.lim != nil {
 		// Not dead-lettered against a limit read before it was fetched:
 		// the topic's may have been raised since. When the limits cannot
-		// be read, the last read decides.
+		// be read, the last read stands.
 		lim, _ = a.lim.fresh(ctx)
 		v = rules.decide(a.kp, r, lim)
 	}

@@ -88,7 +88,7 @@ type Config struct {
 	TopologyInterval time.Duration
 
 	// StallTimeout bounds how long the signals side may make no progress
-	// while it says it is ready (the README's liveness rule): cycles that
+	// while it says it is ready (README, "What it promises", 10): cycles that
 	// carry records all abort, an owned input partition's fetches all
 	// fail, or no cycle ends, for this long; or a caught-up partition
 	// decides none of its held signals, and applies no command, for this

@@ -138,7 +138,7 @@
 // only if every produce in it succeeded. An aborted cycle rewinds the
 // signals to their committed offsets; it never rewinds the store or the
 // gate, whose state is a deterministic function of the commands, so the
-// replayed signals meet the same decisions. An error ending a transaction
+// signals fetched again meet the same decisions. An error ending a transaction
 // means its outcome is unknown: the session is closed and replaced.
 //
 // The committed offset of a partition is that of its first held signal,
@@ -265,7 +265,7 @@
 //   - authz.go: authorization failures;
 //   - store.go: the Store the processor needs;
 //   - config.go: Config;
-//   - clock.go: the wall and monotonic clocks, and what each decides;
+//   - clock.go: the wall and monotonic clocks, and what each measures;
 //   - errors.go: the errors Run returns that a caller may act on;
 //   - events.go: the EventListener and its infos, Outcome;
 //   - doc.go: this.

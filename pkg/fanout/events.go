@@ -60,7 +60,7 @@ type EventListener struct {
 	RestoreProgress func(RestoreProgressInfo)
 	// Migrated: a partition's new owner re-published to it the commands
 	// of its users that other partitions held under an older partition
-	// count (migrate.go); its signals decide only after them.
+	// count (migrate.go); its signals are decided only after them.
 	Migrated func(MigratedInfo)
 	// MigrationWait: that re-publishing could not finish yet (a read or
 	// produce failed, or a tail is held by an open transaction); the
@@ -299,7 +299,7 @@ func (i ProduceFailedInfo) String() string {
 	return fmt.Sprintf("produce to %s failed (refused for itself: %v): %v", i.Topic, i.Refused, i.Err)
 }
 
-// Outcome is how a cycle ended. It decides what becomes of the cycle's
+// Outcome is how a cycle ended. It settles what becomes of the cycle's
 // output, its outbox records and its signals; loop.end is the one place
 // that acts on it.
 type Outcome uint8

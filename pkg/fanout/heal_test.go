@@ -4,21 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/cohortgate/cohortgate/pkg/membership"
 )
 
 // TestEndTxnFailureKeepsTheSession: a transaction whose end fails without
@@ -119,28 +114,12 @@ func TestEndTxnFailureKeepsTheSession(t *testing.T) {
 					}
 				},
 			}
-			store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
-			p, err := New(Config{
-				Brokers: c.ListenAddrs(), Topics: set, CreateTopics: true, Partitions: 2,
+			readyOnFake(t, c, set, Config{
+				CreateTopics: true, Partitions: 2,
 				ExactlyOnce: true, TransactionalID: "heal-test", Grace: 10 * time.Millisecond,
 				CommitInterval: 20 * time.Millisecond, SessionTimeout: 10 * time.Second,
 				KafkaOpts: tc.opts, EventListener: ev,
-				Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
-			}, store)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := startRun(p)
-			defer func() {
-				if err := r.stop(); err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			}()
-			waitReady(t, p)
+			})
 
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()

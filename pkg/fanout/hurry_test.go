@@ -2,16 +2,12 @@ package fanout
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
 )
 
@@ -24,14 +20,9 @@ import (
 // those 5 s.
 func TestLateLeaveHurriesTheCycle(t *testing.T) {
 	c, set := fakeCluster(t, 1)
-	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
 	late := make(chan LateLeaveInfo, 1)
-	p, err := New(Config{
-		Brokers: c.ListenAddrs(), Topics: set, CreateTopics: true, Partitions: 1,
+	p := readyOnFake(t, c, set, Config{
+		CreateTopics: true, Partitions: 1,
 		ExactlyOnce: true, TransactionalID: "hurry-test", Grace: 10 * time.Millisecond,
 		CommitInterval: 3 * forwardedWait,
 		EventListener: EventListener{LateLeave: func(i LateLeaveInfo) {
@@ -40,18 +31,7 @@ func TestLateLeaveHurriesTheCycle(t *testing.T) {
 			default:
 			}
 		}},
-		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
-	}, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := startRun(p)
-	defer func() {
-		if err := r.stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	waitReady(t, p)
+	})
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {

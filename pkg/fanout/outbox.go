@@ -16,7 +16,7 @@ import (
 	"github.com/cohortgate/cohortgate/topics"
 )
 
-// The outbox carries records that the commands side decides (changelog
+// The outbox carries records that the commands side makes (changelog
 // records, DLQ records of bad commands, misrouted commands to re-publish)
 // to the signals side, which produces them inside its next cycle. Every
 // record goes through four steps, all in this file:

@@ -4,20 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortgate/cohortgate/pkg/membership"
-	"github.com/cohortgate/cohortgate/topics"
 )
 
 // TestReadyWaitsForTheGroup: a started processor is not ready until the
@@ -45,26 +40,10 @@ func TestReadyWaitsForTheGroup(t *testing.T) {
 	letGo := func() { releaseOnce.Do(func() { close(release) }) }
 	defer letGo() // before c.Close, which would wait on the sleeping control
 
-	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	p, err := New(Config{
-		Brokers: c.ListenAddrs(), Topics: set, CreateTopics: true, Partitions: parts,
-		ExactlyOnce: true, TransactionalID: "ready-test",
-		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
-	}, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := startRun(p)
-	defer func() {
-		letGo()
-		if err := r.stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	p := newOnFake(t, c, set, Config{
+		CreateTopics: true, Partitions: parts, ExactlyOnce: true, TransactionalID: "ready-test",
+	}, memStore(t))
+	r := runTillEnd(t, p)
 
 	select {
 	case <-joining:
@@ -83,69 +62,6 @@ func TestReadyWaitsForTheGroup(t *testing.T) {
 	waitReady(t, p)
 	if n := len(p.Partitions()); n != parts {
 		t.Errorf("ready owning %d partitions; want %d", n, parts)
-	}
-}
-
-// fakeCluster starts a broker holding the default topics with parts
-// partitions each, closed when the test ends.
-func fakeCluster(t *testing.T, parts int32) (*kfake.Cluster, topics.Set) {
-	t.Helper()
-	set := topics.Defaults()
-	var names []string
-	for _, s := range set.Specs() {
-		names = append(names, string(s.Topic))
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, names...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c, set
-}
-
-// run is a Processor's Run in a goroutine of a test's.
-type run struct {
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run has returned err
-	err    error
-}
-
-// startRun runs p until stop.
-func startRun(p *Processor) *run {
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &run{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		r.err = p.Run(ctx)
-	}()
-	return r
-}
-
-// stop cancels the run and returns Run's error, or one saying that Run did
-// not return within 30s.
-func (r *run) stop() error {
-	r.cancel()
-	select {
-	case <-r.done:
-		return r.err
-	case <-time.After(30 * time.Second):
-		return errors.New("Run did not return within 30s of its cancellation")
-	}
-}
-
-// waitReady waits up to 30s for p to be ready.
-func waitReady(t *testing.T, p *Processor) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, why := p.Ready()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready within 30s: %s", why)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval of a condition with a deadline
 	}
 }
 
@@ -184,25 +100,15 @@ func TestNotReadyOnceStopping(t *testing.T) {
 		{"halted by its store", "halted", func(_ *run, s *failingStore) { close(s.down) }, false, "halted: store: " + injected.Error()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ms, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ms.Close()
-			store := &failingStore{Store: ms, down: make(chan struct{}), err: injected}
-			p, err := New(Config{
-				Brokers: c.ListenAddrs(), Topics: set, Partitions: parts, Group: tc.group,
-				ExactlyOnce: true, TransactionalID: "stopping-test",
-				Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+			store := &failingStore{Store: memStore(t), down: make(chan struct{}), err: injected}
+			p := newOnFake(t, c, set, Config{
+				Partitions: parts, Group: tc.group, ExactlyOnce: true, TransactionalID: "stopping-test",
 			}, store)
-			if err != nil {
-				t.Fatal(err)
-			}
 			if ok, why := p.Ready(); ok || why != "not started" {
 				t.Errorf("Ready() = %v, %q before Run; want not started", ok, why)
 			}
-			r := startRun(p)
-			defer r.stop()
+			r := runTillEnd(t, p)
+			r.ownErr = true // the test ends the run itself; Ready's why says how
 			waitReady(t, p)
 
 			tc.end(r, store)
@@ -257,11 +163,7 @@ func TestJoinWhileRestoring(t *testing.T) {
 		once.Do(func() { close(joining) })
 		return nil, nil, false // the broker answers as usual
 	})
-	ms, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ms.Close()
+	ms := memStore(t)
 	const left, stays = 7, 8
 	now := time.Now()
 	if _, err := ms.Leave(left, uint64(now.Add(-time.Hour).UnixNano())); err != nil {
@@ -284,24 +186,15 @@ func TestJoinWhileRestoring(t *testing.T) {
 	store := &blockedRestore{Store: ms, restoring: make(chan struct{}), release: make(chan struct{})}
 	var releaseOnce sync.Once
 	letGo := func() { releaseOnce.Do(func() { close(store.release) }) }
-	p, err := New(Config{
-		Brokers: c.ListenAddrs(), Topics: set, CreateTopics: true, Partitions: 1,
+	p := newOnFake(t, c, set, Config{
+		CreateTopics: true, Partitions: 1,
 		ExactlyOnce: true, TransactionalID: "restore-test", Grace: 10 * time.Millisecond,
 		// An aligner started too early then marks the partition caught
 		// up before the signals are fetched.
 		AlignInterval: time.Millisecond,
-		Logger:        slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
 	}, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := startRun(p)
-	defer func() {
-		letGo()
-		if err := r.stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	r := runTillEnd(t, p)
+	defer letGo() // before the run's stop, which would wait on the restore
 
 	for _, step := range []struct {
 		what string

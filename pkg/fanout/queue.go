@@ -11,7 +11,7 @@ type queue struct {
 }
 
 // held is a fetched signal and the clock when it was fetched: fetchedMono
-// (monotonic ns) for the time it is held, seenNs (the late reading, ns
+// (monotonic ns) for the time it is held, seenNs (the high reading, ns
 // since the Unix epoch) for its future skew, checked at first sight.
 type held struct {
 	r           *kgo.Record
@@ -20,7 +20,7 @@ type held struct {
 }
 
 func (q *queue) push(r *kgo.Record, fetched reading) {
-	q.recs = append(q.recs, held{r, fetched.mono, fetched.late})
+	q.recs = append(q.recs, held{r, fetched.mono, fetched.high})
 	q.bytes += userBytes(r)
 }
 

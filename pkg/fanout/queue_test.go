@@ -14,7 +14,7 @@ func TestQueue(t *testing.T) {
 	const n = 5000
 	for i := range n {
 		q.push(&kgo.Record{Offset: int64(i), Key: []byte("k"), Value: []byte("vv"),
-			Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("x")}}}, reading{mono: int64(i), late: int64(2 * i)})
+			Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("x")}}}, reading{mono: int64(i), high: int64(2 * i)})
 	}
 	if q.len() != n || q.bytes != n*5 {
 		t.Fatalf("len %d bytes %d, want %d and %d", q.len(), q.bytes, n, n*5)

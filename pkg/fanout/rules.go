@@ -86,7 +86,7 @@ type verdict struct {
 
 // alignView is what a decision pass knows of the signal's partition.
 type alignView struct {
-	// through is the wall-clock instant (an observation's early reading)
+	// through is the wall-clock instant (an observation's low reading)
 	// through which the commands are known applied, counting only
 	// observations sent after the partition was assigned (and after
 	// commands were re-published to it): alignment.alignedThrough.
@@ -101,7 +101,7 @@ type alignView struct {
 // wrong partition (S2: re-published, or dead-lettered when its copy with
 // the header that says where it was found no longer fits its topic), one
 // too large to forward (S3) and an event time
-// out of range or implausibly far ahead of seenNs, the clock's late
+// out of range or implausibly far ahead of seenNs, the clock's high
 // reading when r was fetched (S4), are settled at once; anything else
 // waits until its partition's commands are known complete through event
 // time + grace by an observation sent after the assignment (S5), and then

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// stallWatch says when the signals side loops without progress (the
-// README's liveness rule): the processor is then not ready, and it halts
+// stallWatch says when the signals side loops without progress (README,
+// "What it promises", 10): the processor is then not ready, and it halts
 // when the stall outlasts Config.StallHalt. It knows four stalls, each a
 // streak that begins with a failure and ends with progress:
 //

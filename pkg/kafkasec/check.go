@@ -245,7 +245,7 @@ func (c *Config) explain(err error, step int16, timeout time.Duration) (cause, f
 		return "the listener does not use SASL (an SSL or PLAINTEXT listener)",
 			fmt.Sprintf("remove --%s, or use the broker's SASL port", FlagMechanism)
 	case errors.Is(err, kerr.ClusterAuthorizationFailed), errors.Is(err, kerr.TopicAuthorizationFailed):
-		return "authenticated, but not authorized to describe the cluster", "grant the principal the ACLs docs/operations.md lists (Least privilege)"
+		return "authenticated, but not authorized to describe the cluster", `grant the principal the ACLs of docs/operations.md, "Least privilege (ACLs)"`
 
 	case isEOF(err):
 		return c.explainEOF(step)
