@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -162,7 +163,13 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f := newFlags("status", "Print a user's membership record: as the membership API of the running processor at\n"+
 		"--api-addr knows it or, with --brokers, as the user's latest changelog record says.", stdout)
 	f.StringVar(&addr, "api-addr", "127.0.0.1:8081", "address of the running processor's membership API (its --api-addr)")
-	f.StringVar(&tokenFile, "api-token-file", filepath.Join("cohortgate-data", apiTokenFileName), "file holding the API's bearer token (the processor's --api-token-file; by default the one it creates in its --data-dir)")
+	// A pod's environment names the data dir once for every subcommand,
+	// and the processor creates its token there: status looks there too.
+	dataDir := "cohortgate-data"
+	if d := os.Getenv(envName("data-dir")); d != "" {
+		dataDir = d
+	}
+	f.StringVar(&tokenFile, "api-token-file", filepath.Join(dataDir, apiTokenFileName), "file holding the API's bearer token (the processor's --api-token-file; by default the one it creates in its --data-dir, COHORTGATE_DATA_DIR if set)")
 	f.StringVar(&user, "user", "", "user id, a decimal u64 (required)")
 	f.StringVar(&k.brokers, "brokers", "", "comma-separated seed brokers (host:port); set: read the changelog instead of asking --api-addr")
 	k.register(f)

@@ -109,6 +109,12 @@ func TestCommands(t *testing.T) {
 
 	viaHTTP := cli("status", "--user", "42", "--api-addr", api, "--api-token-file", filepath.Join(dataDir, apiTokenFileName))
 	viaKafka := cli("status", "--user", "42", "--brokers", kafka)
+	// A pod names its data dir once, for every subcommand: status finds
+	// the token the processor created there without --api-token-file.
+	t.Setenv("COHORTGATE_DATA_DIR", dataDir)
+	if got := cli("status", "--user", "42", "--api-addr", api); got != viaHTTP {
+		t.Errorf("status with COHORTGATE_DATA_DIR and no --api-token-file:\n%s\nwant:\n%s", got, viaHTTP)
+	}
 	for name, got := range map[string]string{"http": viaHTTP, "changelog": viaKafka} {
 		if !strings.Contains(got, `"status": "left"`) || !strings.Contains(got, fmt.Sprintf(`"left_at_ns": %d`, at)) {
 			t.Errorf("status from the %s:\n%s", name, got)
