@@ -93,6 +93,14 @@ func (f *floorWatch) floors(acks map[string]time.Time) []time.Duration {
 	return out
 }
 
+// polledAt is when the poll that handed the leave of request id returned.
+func (f *floorWatch) polledAt(id string) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.polled[id]
+	return at, ok
+}
+
 // stop closes the consumer and waits for its goroutine.
 func (f *floorWatch) stop() {
 	f.cl.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -235,7 +236,41 @@ func (h *harness) latency(ctx context.Context, r *latencyResult, round int, user
 		x.lat = append(x.lat, d)
 		x.fromSend = append(x.fromSend, at.Sub(sent[id]))
 	}
+	path := filepath.Join(h.work, "latency", name, "leaves.csv")
+	if err := writeLeaves(path, sent, acks, floor, applied); err != nil {
+		h.printf("latency: round %d: the leaves' times not written: %v", round, err)
+	}
 	return x, nil
+}
+
+// writeLeaves writes one row per leave, in the order they were sent, with
+// the four clock readings of its way (ns since the epoch, this machine's
+// clock; 0 where one is missing): sent to the broker, acknowledged, polled
+// by the floor's consumer, in force in the processor's gate. A tail the
+// processor has and the floor has not, leave by leave, is the processor's;
+// one both have is the broker's or the machine's.
+func writeLeaves(path string, sent, acks map[string]time.Time, floor *floorWatch, applied map[string]time.Time) error {
+	ids := make([]string, 0, len(sent))
+	for id := range sent {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b string) int { return sent[a].Compare(sent[b]) })
+	ns := func(t time.Time) string {
+		if t.IsZero() {
+			return "0"
+		}
+		return strconv.FormatInt(t.UnixNano(), 10)
+	}
+	var b strings.Builder
+	b.WriteString("request_id,sent_ns,acked_ns,floor_polled_ns,applied_ns\n")
+	for _, id := range ids {
+		polled, _ := floor.polledAt(id)
+		fmt.Fprintf(&b, "%s,%s,%s,%s,%s\n", id, ns(sent[id]), ns(acks[id]), ns(polled), ns(applied[id]))
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // produceLeaves produces a leave of each of users (workload indexes, so

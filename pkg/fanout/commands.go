@@ -270,13 +270,27 @@ func (a *applier) poll(ctx context.Context) kgo.Fetches {
 // prepareIdle prepares the claims that wait for it whose commands
 // brought no record yet: a partition with no command left to read still
 // has users to restore, or commands of its users in other partitions to
-// re-publish.
+// re-publish; and it recovers the windows of claims that need nothing
+// else.
 func (a *applier) prepareIdle(ctx context.Context) error {
 	var (
 		cs   []*claim
 		ends []int64
 	)
 	for _, c := range a.claims.all() {
+		if c.prepared.Load() && !c.recovery.done {
+			// A claim with nothing to restore is prepared at once, but
+			// its windows are still to be recovered: a read of the
+			// changelog to its end, which waits for any transaction
+			// open on it (this processor's own cycle among them). Done
+			// now, while the commands are idle, rather than by the
+			// partition's first command, it stands between no leave
+			// and the gate.
+			if err := a.prepare(ctx, c); err != nil {
+				return err
+			}
+			continue
+		}
 		if c.prepared.Load() || a.listEnd == nil {
 			continue
 		}
