@@ -302,7 +302,11 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 
 // bulkStoreFormat names the shape of the stores buildBulkStore makes; a
 // cached store of another shape is rebuilt.
-const bulkStoreFormat = "bulk v1: random ids in key order; one open leave and a processor-like note per member\n"
+//
+// v2: the same store, whose embedded broker log is kept beside it from its
+// first start on (a v1 store lost it at every start, which the store's
+// recorded commands topic ID no longer allows).
+const bulkStoreFormat = "bulk v2: random ids in key order; one open leave and a processor-like note per member\n"
 
 // buildBulkStore makes, in dataDir/membership, a store of n members
 // (memberIDs), each of whom has left once (one open episode) and carries a
@@ -430,11 +434,11 @@ func startToReady(ctx context.Context, o *scaleOptions, ps *procs, dir, name str
 	if err != nil {
 		return run, err
 	}
-	// The embedded broker keeps its log in the data dir; start each run
-	// with none, so every run creates the same empty topics.
-	if err := os.RemoveAll(filepath.Join(dir, "embedded-kafka")); err != nil {
-		return run, err
-	}
+	// The embedded broker keeps its log in the data dir, and it stays
+	// there from the store's first start on: the store records the
+	// commands topic's ID, and a start that found the topic created
+	// again would refuse the store (fanout.CommandsRecreatedError). The
+	// first start creates the (empty) topics, the later ones find them.
 	restored, onRestored := watchLine(restoredLine)
 	wrote, onWrote := watchLine(wroteLine)
 	onLine := func(l string) { onRestored(l); onWrote(l) }
