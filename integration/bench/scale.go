@@ -59,7 +59,8 @@ type scaleOptions struct {
 	phases     string // "all" or "build" (stores only)
 	invokedAs  string
 	lookups    int
-	runs       int // starts of each path (scan, snapshot) per size
+	runs       int // starts of each path (scan, snapshot, crash) per size
+	scanRuns   int // starts by the scan per size, at least 1 (it writes the snapshot the others start from)
 	timeout    time.Duration
 	gateOnly   map[int]bool
 	merge      bool
@@ -84,7 +85,8 @@ func parseScaleOptions(args []string, stderr io.Writer) (*scaleOptions, error) {
 	fs.StringVar(&o.phases, "phases", "all", "all; build: only build the stores; plot: only draw --png from --csv")
 	fs.StringVar(&o.invokedAs, "invoked-as", "", "the command line to report (make passes its own)")
 	fs.IntVar(&o.lookups, "lookups", 20_000_000, "gate lookups timed at each size")
-	fs.IntVar(&o.runs, "runs", 3, "starts by the scan and from the snapshot at each size (median, min and max are reported)")
+	fs.IntVar(&o.runs, "runs", 3, "starts of each path at each size (median, min and max are reported)")
+	fs.IntVar(&o.scanRuns, "scan-runs", 0, "starts by the scan at each size, if not --runs (at least 1: its stop writes the snapshot the other paths start from; the scan takes minutes at 100M)")
 	fs.DurationVar(&o.timeout, "ready-timeout", 20*time.Minute, "how long a processor may take to be ready")
 	var gateOnly string
 	fs.BoolVar(&o.crash, "crash", true, "measure the restart after kill -9 too (a clone of the store, a load of leaves, a snapshot written while running)")
@@ -117,6 +119,12 @@ func parseScaleOptions(args []string, stderr io.Writer) (*scaleOptions, error) {
 	}
 	if o.runs < 1 {
 		return nil, fmt.Errorf("--runs: %d is not a positive count", o.runs)
+	}
+	if o.scanRuns < 0 {
+		return nil, fmt.Errorf("--scan-runs: %d is negative", o.scanRuns)
+	}
+	if o.scanRuns == 0 {
+		o.scanRuns = o.runs
 	}
 	if o.crash && (o.crashInterval <= 0 || o.crashLoad <= 0) {
 		return nil, fmt.Errorf("--crash-snapshot-interval %v and --crash-load %d: both must be positive", o.crashInterval, o.crashLoad)
@@ -283,7 +291,7 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 	}
 	snap := filepath.Join(dir, snapshotFile)
 	r.Runs = o.runs
-	scans, err := startRuns(ctx, o, ps, dir, "scan", n, func() error {
+	scans, err := startRuns(ctx, o, ps, dir, "scan", n, o.scanRuns, func() error {
 		if err := os.Remove(snap); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -301,7 +309,7 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 		return r
 	}
 
-	fromSnaps, err := startRuns(ctx, o, ps, dir, "snapshot", n, nil, printf)
+	fromSnaps, err := startRuns(ctx, o, ps, dir, "snapshot", n, o.runs, nil, printf)
 	if err != nil {
 		r.Err = err.Error()
 		return r
@@ -437,12 +445,12 @@ var (
 	wroteLine      = regexp.MustCompile(`msg="wrote gate snapshot".*\btook=(\S+)`)
 )
 
-// startRuns starts the processor on dir o.runs times, each after before
+// startRuns starts the processor on dir runs times, each after before
 // (when not nil), and checks that each start restored its gate by path
 // ("scan" or "snapshot"), the processor's own word for it.
-func startRuns(ctx context.Context, o *scaleOptions, ps *procs, dir, path string, n int, before func() error, printf func(string, ...any)) (starts, error) {
+func startRuns(ctx context.Context, o *scaleOptions, ps *procs, dir, path string, n, runs int, before func() error, printf func(string, ...any)) (starts, error) {
 	var out starts
-	for i := range o.runs {
+	for i := range runs {
 		if before != nil {
 			if err := before(); err != nil {
 				return out, err
@@ -643,7 +651,7 @@ func gateOnlyOne(ctx context.Context, o *scaleOptions, ps *procs, n int, dir str
 	r.BuildTook = time.Since(start)
 	runtime.GC()
 	r.Runs = o.runs
-	fromSnaps, err := startRuns(ctx, o, ps, dir, "snapshot", n, nil, printf)
+	fromSnaps, err := startRuns(ctx, o, ps, dir, "snapshot", n, o.runs, nil, printf)
 	if err != nil {
 		r.Err = err.Error()
 		return r

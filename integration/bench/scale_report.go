@@ -383,6 +383,9 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 	for _, a := range scaleAims(rs) {
 		w("| %s | %s | %s |\n", a[0], a[1], a[2])
 	}
+	if o.scanRuns > 0 && o.scanRuns != o.runs {
+		w("\nBy the scan: %d start(s) per size measured in this run (--scan-runs).\n", o.scanRuns)
+	}
 	w("\nEach start figure is the median [min – max] of %d starts of each path per size (CPU s: the median). "+
 		"Ready: process start of bin/processor (embedded broker, empty topics) to the first 200 of /readyz, polled every 10 ms: the gate restored, the topics checked, the group's assignment received and every partition caught up with its commands; restore: the processor's own `restored membership state ... took=` (the gate rebuilt, from the snapshot or by the scan). "+
 		"Each scan run starts with no snapshot and writes one at its SIGTERM (snapshot write: the median); the snapshot runs load it. "+
