@@ -156,7 +156,8 @@ type scaleResult struct {
 	CPUCrash     spread        // the processor's CPU seconds from start to ready, after kill -9
 	RSSCrash     int64         // VmHWM once ready, after kill -9, the largest of the runs
 	RSSKilled    int64         // VmHWM of the processes killed (under the load, writing snapshots), the largest
-	Reapplied    spread        // commands applied again before ready, after kill -9 (count)
+	Applied      spread        // commands applied before ready, after kill -9 (its /metrics): again, and those the killed one had not applied
+	Again        spread        // of which the commands since the snapshot's label, at most (the processor's log)
 	WriteRun     spread        // a snapshot's write while running (log): the commands wait that long
 	GateBytes    int64         // the gate's MemoryBytes after loading the snapshot
 	LookupNs     float64       // ns per lookup, serial, 10% members
@@ -324,13 +325,13 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 			return r
 		}
 		var ss starts
-		var again []float64
+		var applied, again []float64
 		for _, c := range crashes {
-			ss, again = append(ss, c.startRun), append(again, c.reapplied)
+			ss, applied, again = append(ss, c.startRun), append(applied, c.applied), append(again, float64(c.again))
 			r.RSSKilled = max(r.RSSKilled, c.rssKilled)
 		}
 		ss.into(&r.ReadyCrash, &r.RestoreCrash, &r.CPUCrash, &r.RSSCrash, nil)
-		r.Reapplied = spreadOf(again)
+		r.Applied, r.Again = spreadOf(applied), spreadOf(again)
 	}
 
 	printf("%d members: timing %d lookups on the snapshot's gate", n, o.lookups)
@@ -438,10 +439,12 @@ type startRun struct {
 	rss     int64         // VmHWM once ready
 	cpu     float64       // CPU seconds (user+system) from start to ready
 	wrote   time.Duration // took= of the "wrote gate snapshot" line at stop, 0 if none
+	again   int64         // commands= of the "gate snapshot older than the store" line, 0 if none
 }
 
 var (
 	restoredSource = regexp.MustCompile(`\bsource=(\w+)`)
+	regateLine     = regexp.MustCompile(`msg="gate snapshot older than the store[^"]*".*\bcommands=(\d+)`)
 	wroteLine      = regexp.MustCompile(`msg="wrote gate snapshot".*\btook=(\S+)`)
 )
 
@@ -518,8 +521,10 @@ func launch(ctx context.Context, o *scaleOptions, ps *procs, dir, name, httpAddr
 	onLine func(string), printf func(string, ...any)) (*child, startRun, error) {
 	var run startRun
 	restored, onRestored := watchLine(restoredLine)
+	regated, onRegate := watchLine(regateLine)
 	lines := func(l string) {
 		onRestored(l)
+		onRegate(l)
 		if onLine != nil {
 			onLine(l)
 		}
@@ -581,6 +586,11 @@ func launch(ctx context.Context, o *scaleOptions, ps *procs, dir, name, httpAddr
 		}
 	default:
 		return fail(errors.New("ready without a restore line"))
+	}
+	select {
+	case line := <-regated:
+		run.again, _ = strconv.ParseInt(regateLine.FindStringSubmatch(line)[1], 10, 64)
+	default:
 	}
 	return c, run, nil
 }

@@ -41,9 +41,11 @@ import (
 //  3. a new processor starts on the same data dir and broker log, and the
 //     harness times its start → /readyz 200 (it loads the older snapshot
 //     and applies again the commands since its label before it is
-//     ready), its peak RSS and CPU seconds, and reads from its /metrics
-//     the commands it applied (all of them applied again: nothing new
-//     arrives after the kill) and its gate's members, which must be the
+//     ready), its peak RSS and CPU seconds, the commands its log says it
+//     applies again (those since the snapshot's label, at most), and reads
+//     from its /metrics the commands it applied before ready (those again,
+//     and those the killed process had not applied yet: nothing arrives
+//     after the kill) and its gate's members, which must be the
 //     store's members plus the leaves in the commands topic, each of a
 //     user of its own. It is the next run's P.
 //
@@ -56,7 +58,7 @@ var wroteRunningLine = regexp.MustCompile(`msg="wrote gate snapshot while runnin
 // crashRun is one restart after kill -9.
 type crashRun struct {
 	startRun
-	reapplied float64 // commands applied from the start to ready (all of them applied again)
+	applied   float64 // commands applied from the start to ready: again, and those the killed process had not applied
 	members   float64 // the gate's members once ready
 	killedAt  time.Duration
 	rssKilled int64 // VmHWM of the process killed: it ran under the load and wrote snapshots
@@ -182,7 +184,7 @@ func crashRuns(ctx context.Context, o *scaleOptions, ps *procs, dir string, n in
 		if err != nil {
 			return fail(err)
 		}
-		cr.reapplied, cr.members = m.commands, m.members
+		cr.applied, cr.members = m.commands, m.members
 		want, err := leavesInTopic(ctx, kafkaAddr)
 		if err != nil {
 			return fail(err)
@@ -191,8 +193,8 @@ func crashRuns(ctx context.Context, o *scaleOptions, ps *procs, dir string, n in
 			return fail(fmt.Errorf("the gate holds %.0f members once ready; want %d (the store's) + %d (the leaves in %s)",
 				cr.members, n, want, topics.Commands))
 		}
-		printf("%s: ready in %.2fs (restore %.2fs from the %s), %.0f commands applied again, peak RSS %s, %.1f CPU s; gate %.0f members = %d + %d leaves",
-			name(i), run.ready.Seconds(), run.restore.Seconds(), run.source, cr.reapplied, mib(run.rss), run.cpu, cr.members, n, want)
+		printf("%s: ready in %.2fs (restore %.2fs from the %s), %.0f commands applied (%d of them again), peak RSS %s, %.1f CPU s; gate %.0f members = %d + %d leaves",
+			name(i), run.ready.Seconds(), run.restore.Seconds(), run.source, cr.applied, run.again, mib(run.rss), run.cpu, cr.members, n, want)
 		out = append(out, cr)
 	}
 	c.stop(5 * time.Minute)

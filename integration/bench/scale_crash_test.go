@@ -102,3 +102,20 @@ func TestCloneDataDir(t *testing.T) {
 		t.Errorf("the source's WAL became %q", b)
 	}
 }
+
+// TestRegateLine: the count of commands a start applies again is read
+// from the processor's line, and no other line matches.
+func TestRegateLine(t *testing.T) {
+	for line, want := range map[string]string{
+		`time=2026-12-07T05:42:20.378Z level=INFO msg="gate snapshot older than the store: applying the commands since it again before forwarding" partitions=6 commands=8445`: "8445",
+		`time=2026-12-07T05:42:20.378Z level=INFO msg="restored membership state" members=1010040 episodes=0 took=61ms scan=0s source=snapshot`:                                "",
+	} {
+		got := ""
+		if m := regateLine.FindStringSubmatch(line); m != nil {
+			got = m[1]
+		}
+		if got != want {
+			t.Errorf("%s: %q; want %q", line, got, want)
+		}
+	}
+}

@@ -37,7 +37,8 @@ var scaleCSVHeader = append(slices.Clone(scaleCSVHeaderNoCrash),
 	"ready_crash_s", "ready_crash_min_s", "ready_crash_max_s",
 	"restore_crash_s", "restore_crash_min_s", "restore_crash_max_s",
 	"cpu_crash_s", "cpu_crash_min_s", "cpu_crash_max_s", "rss_crash_bytes",
-	"reapplied_commands", "reapplied_commands_min", "reapplied_commands_max",
+	"commands_to_ready", "commands_to_ready_min", "commands_to_ready_max",
+	"commands_again", "commands_again_min", "commands_again_max",
 	"snapshot_write_running_s", "snapshot_write_running_min_s", "snapshot_write_running_max_s", "rss_killed_bytes")
 
 // scaleCSVHeaderNoCrash are the columns of the CSVs written before the
@@ -88,7 +89,8 @@ func writeScaleCSV(path string, rs []scaleResult) error {
 		row = append(row, three(r.RestoreCrash)...)
 		row = append(row, three(r.CPUCrash)...)
 		row = append(row, strconv.FormatInt(r.RSSCrash, 10))
-		row = append(row, three(r.Reapplied)...)
+		row = append(row, three(r.Applied)...)
+		row = append(row, three(r.Again)...)
 		row = append(row, three(r.WriteRun)...)
 		row = append(row, strconv.FormatInt(r.RSSKilled, 10))
 		_ = w.Write(row)
@@ -157,7 +159,7 @@ func readScaleCSV(path string) ([]scaleResult, error) {
 		r.Err = next()
 		if crash { // else the crash path was not measured: its spreads stay empty
 			r.ReadyCrash, r.RestoreCrash, r.CPUCrash, r.RSSCrash = three(), three(), three(), int64(num())
-			r.Reapplied, r.WriteRun, r.RSSKilled = three(), three(), int64(num())
+			r.Applied, r.Again, r.WriteRun, r.RSSKilled = three(), three(), three(), int64(num())
 		}
 		out = append(out, r)
 	}
@@ -343,7 +345,7 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 		m.Cores, m.CPU, m.MemGiB, m.Go, loadStart, loadEnd)
 	w("- command: `%s`; took %v; picture: [%s](%s), figures: [%s](%s)\n\n", invoked, took.Round(time.Second), o.png, o.png, o.csv, o.csv)
 	w("| members | ready, snapshot | ready, scan | gate restore, snapshot | gate restore, scan | CPU s to ready snapshot / scan | peak RSS snapshot / scan | gate B/member | lookups/s | store + snapshot on disk | snapshot write |" +
-		" ready after kill -9 | commands applied again | CPU s / peak RSS after kill -9 (killed process) | snapshot write while running |\n")
+		" ready after kill -9 | commands applied before ready (of which again) | CPU s / peak RSS after kill -9 (killed process) | snapshot write while running |\n")
 	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	secs := func(s spread) string {
 		return spreadText(s, func(x float64) string { return fmt.Sprintf("%.2f", x) }) + " s"
@@ -367,7 +369,8 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 		readyCrash, again, crashUse, writeRun := "not run", "–", "–", "–"
 		if r.ReadyCrash.N > 0 {
 			readyCrash = secs(r.ReadyCrash)
-			again = spreadText(r.Reapplied, func(x float64) string { return thousands(x) })
+			again = spreadText(r.Applied, func(x float64) string { return thousands(x) }) + " (" +
+				spreadText(r.Again, func(x float64) string { return thousands(x) }) + ")"
 			crashUse = fmt.Sprintf("%.1f / %s (%s)", r.CPUCrash.Median, mib(r.RSSCrash), mib(r.RSSKilled))
 		}
 		if r.WriteRun.N > 0 {
@@ -392,7 +395,7 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 		"Peak RSS: the processor's VmHWM once ready, the largest of the runs. Lookups: gate.Map.Allows in one goroutine over random keys of which one in ten is a member, on the gate loaded from the snapshot. "+
 		"Stores: membership.Bulk, random user ids, one open leave and a processor-like note per member, page cache warm (written or read just before). "+
 		"After kill -9 (the crash path, unless --crash=false): on a clone of the store (tables linked) with the snapshot of the clean stop, a processor with --gate-snapshot-interval %v under a load of %d leaves/s of new users; a random time up to that interval after a snapshot written while running it is killed with SIGKILL, the load still writing, and a new processor starts on the same data dir and broker log: ready, CPU s and peak RSS as above (in parentheses: the peak of the process killed, under the load and writing snapshots), "+
-		"commands applied again: the commands it applied before ready (`cohortgate_commands_applied_total`, all of them applied again since the snapshot's label), and its gate's members checked equal to the store's plus the leaves in the commands topic; the restart is the next run's killed process. "+
+		"commands applied before ready: `cohortgate_commands_applied_total` once ready, those since the snapshot's label and those the process killed had not applied yet; of which again: the `commands=` of its `gate snapshot older than the store` line (at most: the label's offsets to the store's); its gate's members checked equal to the store's plus the leaves in the commands topic; the restart is the next run's killed process. "+
 		"Snapshot write while running: `wrote gate snapshot while running ... took=`, every such write of the crash path; the commands wait that long. "+
 		"Gate only: no store was built for that size (too slow on this machine); the harness built the gate of the same members, saved it labelled with an empty store's checkpoints, and the processor loaded it on an empty store: the snapshot path, measured; the scan, extrapolated linearly from the largest size scanned.\n", runsOf(rs), o.crashInterval, o.crashLoad)
 	return b.String()
