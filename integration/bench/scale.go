@@ -60,7 +60,7 @@ type scaleOptions struct {
 	invokedAs  string
 	lookups    int
 	runs       int // starts of each path (scan, snapshot, crash) per size
-	scanRuns   int // starts by the scan per size, at least 1 (it writes the snapshot the others start from)
+	scanRuns   int // starts by the scan per size; 0: none where the size's snapshot exists, else 1 (it writes the snapshot the others start from)
 	timeout    time.Duration
 	gateOnly   map[int]bool
 	merge      bool
@@ -86,7 +86,7 @@ func parseScaleOptions(args []string, stderr io.Writer) (*scaleOptions, error) {
 	fs.StringVar(&o.invokedAs, "invoked-as", "", "the command line to report (make passes its own)")
 	fs.IntVar(&o.lookups, "lookups", 20_000_000, "gate lookups timed at each size")
 	fs.IntVar(&o.runs, "runs", 3, "starts of each path at each size (median, min and max are reported)")
-	fs.IntVar(&o.scanRuns, "scan-runs", 0, "starts by the scan at each size, if not --runs (at least 1: its stop writes the snapshot the other paths start from; the scan takes minutes at 100M)")
+	fs.IntVar(&o.scanRuns, "scan-runs", -1, "starts by the scan at each size; -1: --runs; 0: none where the size's snapshot exists (else 1: its stop writes the snapshot the other paths start from; with --merge the earlier scan figures stay); the scan takes minutes at 100M")
 	fs.DurationVar(&o.timeout, "ready-timeout", 20*time.Minute, "how long a processor may take to be ready")
 	var gateOnly string
 	fs.BoolVar(&o.crash, "crash", true, "measure the restart after kill -9 too (a clone of the store, a load of leaves, a snapshot written while running)")
@@ -120,10 +120,10 @@ func parseScaleOptions(args []string, stderr io.Writer) (*scaleOptions, error) {
 	if o.runs < 1 {
 		return nil, fmt.Errorf("--runs: %d is not a positive count", o.runs)
 	}
-	if o.scanRuns < 0 {
-		return nil, fmt.Errorf("--scan-runs: %d is negative", o.scanRuns)
+	if o.scanRuns < -1 {
+		return nil, fmt.Errorf("--scan-runs: %d is not -1, 0 or a count", o.scanRuns)
 	}
-	if o.scanRuns == 0 {
+	if o.scanRuns == -1 {
 		o.scanRuns = o.runs
 	}
 	if o.crash && (o.crashInterval <= 0 || o.crashLoad <= 0) {
@@ -219,9 +219,15 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var ps procs
 	defer ps.stopAll(time.Minute)
 	var results, earlier []scaleResult
+	prev := make(map[int]scaleResult) // with --merge, the earlier rows of the sizes measured again
 	if o.merge {
 		if earlier, err = readScaleCSV(o.csv); err != nil {
 			return err
+		}
+		for _, e := range earlier {
+			if slices.Contains(o.sizes, e.Members) && e.Err == "" {
+				prev[e.Members] = e
+			}
 		}
 		earlier = slices.DeleteFunc(earlier, func(r scaleResult) bool { return slices.Contains(o.sizes, r.Members) })
 	}
@@ -235,6 +241,10 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			break
 		}
 		r := scaleOne(ctx, o, &ps, n, printf)
+		if p, ok := prev[n]; ok && r.Err == "" && !r.GateOnly && r.ReadyScan.N == 0 {
+			// Not scanned this time (--scan-runs 0): the earlier figures stay.
+			r.ReadyScan, r.RestoreScan, r.CPUScan, r.RSSScan, r.WriteSnap = p.ReadyScan, p.RestoreScan, p.CPUScan, p.RSSScan, p.WriteSnap
+		}
 		if r.Err != "" {
 			printf("%d members: FAILED: %s", n, r.Err)
 		}
@@ -292,7 +302,14 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 	}
 	snap := filepath.Join(dir, snapshotFile)
 	r.Runs = o.runs
-	scans, err := startRuns(ctx, o, ps, dir, "scan", n, o.scanRuns, func() error {
+	scanRuns := o.scanRuns
+	if _, err := os.Stat(snap); scanRuns == 0 && err != nil {
+		scanRuns = 1 // the other paths need the snapshot its stop writes
+	}
+	if scanRuns == 0 {
+		printf("%d members: no start by the scan (--scan-runs 0): the snapshot there is used", n)
+	}
+	scans, err := startRuns(ctx, o, ps, dir, "scan", n, scanRuns, func() error {
 		if err := os.Remove(snap); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -302,7 +319,9 @@ func scaleOne(ctx context.Context, o *scaleOptions, ps *procs, n int, printf fun
 		r.Err = err.Error()
 		return r
 	}
-	scans.into(&r.ReadyScan, &r.RestoreScan, &r.CPUScan, &r.RSSScan, &r.WriteSnap)
+	if len(scans) > 0 {
+		scans.into(&r.ReadyScan, &r.RestoreScan, &r.CPUScan, &r.RSSScan, &r.WriteSnap)
+	}
 	if st, err := os.Stat(snap); err == nil {
 		r.SnapBytes = st.Size()
 	} else {

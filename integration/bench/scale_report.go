@@ -386,7 +386,10 @@ func scaleMarkdown(o *scaleOptions, rs []scaleResult, started time.Time, took ti
 	for _, a := range scaleAims(rs) {
 		w("| %s | %s | %s |\n", a[0], a[1], a[2])
 	}
-	if o.scanRuns > 0 && o.scanRuns != o.runs {
+	switch {
+	case o.scanRuns == 0:
+		w("\nBy the scan: not started in this run where the size's snapshot existed (--scan-runs 0; with --merge its figures, and the snapshot write at stop, are the earlier run's).\n")
+	case o.scanRuns > 0 && o.scanRuns != o.runs:
 		w("\nBy the scan: %d start(s) per size measured in this run (--scan-runs).\n", o.scanRuns)
 	}
 	w("\nEach start figure is the median [min – max] of %d starts of each path per size (CPU s: the median). "+
