@@ -23,8 +23,8 @@ const (
 	aimReady10M  = 2 * time.Second
 	aimReady100M = 20 * time.Second
 	aimRSS100M   = 6 << 30
-	// After kill -9 (issue 25, aim 1): ready within what a clean restart
-	// takes, and the same RSS bound.
+	// After kill -9: ready within what a clean restart takes, and the
+	// same RSS bound.
 	aimCrash10M  = 2 * time.Second
 	aimCrash100M = 5 * time.Second
 	aimGateBytes = 40.0 // per member
