@@ -218,20 +218,23 @@ stop-cluster:
 # the gate snapshot"); not part of bench
 # or CI, and needs no broker. Builds each store with membership.Bulk under
 # SCALE_WORK (kept for the next run: about 8 GB at 100M; rm -rf it after),
-# starts bin/processor on it (embedded broker) by the store scan and from
-# the gate snapshot, times lookups, and writes BENCHMARKS-scale.csv,
+# starts bin/processor on it (embedded broker) by the store scan, from
+# the gate snapshot, and after kill -9 under a load of leaves (a clone of
+# the store, a snapshot written while running and older than the store;
+# SCALE_FLAGS=--crash=false skips it), times lookups, and writes BENCHMARKS-scale.csv,
 # BENCHMARKS-scale.png and a section of BENCHMARKS.md. SIZES: members,
 # comma-separated; RUNS: starts of each path per size (median, min, max).
 SIZES      ?= 1000000,10000000,30000000,100000000
 RUNS       ?= 3
 SCALE_WORK ?= bin/scale-work
+SCALE_FLAGS ?=
 
 .PHONY: bench-scale
 bench-scale:
 	@mkdir -p bin
 	$(GO) build -o bin/processor ./cmd/processor
 	$(GO) build -o bin/bench ./integration/bench
-	./bin/bench scale --sizes $(SIZES) --runs $(RUNS) --work-dir $(SCALE_WORK) --invoked-as "make bench-scale SIZES=$(SIZES) RUNS=$(RUNS)"
+	./bin/bench scale --sizes $(SIZES) --runs $(RUNS) --work-dir $(SCALE_WORK) $(SCALE_FLAGS) --invoked-as "make bench-scale SIZES=$(SIZES) RUNS=$(RUNS) $(SCALE_FLAGS)"
 
 # The empty-owner handover (docs/operations.md, "Handover";
 # integration/bench/handover.go): a
