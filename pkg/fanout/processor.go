@@ -400,8 +400,10 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	if snap.path != "" && !p.cfg.Testing.UnsafeSkipCommands {
 		p.regate.reset()
 	}
+	p.stall.restoreStarted()
 	go func() {
 		defer close(restored)
+		defer p.stall.restoreEnded()
 		defer p.regate.finish()
 		rg := &p.regate
 		if p.cfg.Testing.UnsafeSkipCommands {

@@ -30,7 +30,8 @@ import (
 //     and the wait is reported on its own (OpenTransaction).
 //   - cycle: no cycle ended, though a cycle ends every CommitInterval
 //     even with nothing to do (a poll, a flush or an end that does not
-//     return).
+//     return); not while the gate is restored, which the group's
+//     assignment waits for (restoreStarted).
 //
 // Failures of the first two come in bursts (a fetch is retried within
 // franz-go's retry backoff, under 3 s; an aborted cycle's records come
@@ -69,6 +70,10 @@ type stallWatch struct {
 		// cycle is when the last cycle ended (or the loop started);
 		// zero while no loop runs (a session joining its group).
 		cycle time.Time
+		// restoring says the gate is being restored: the group's
+		// assignment waits for it, and with it the cycle's end (see
+		// restoreStarted).
+		restoring bool
 	}
 
 	// reported is the stall last reported to the listener; run's alone.
@@ -142,7 +147,31 @@ func (w *stallWatch) loopStopped() {
 	clear(w.mu.held)
 }
 
-// reset forgets every streak: a run begins (before its goroutines).
+// restoreStarted: the gate's restore begins. Until it ends no cycle
+// stall counts: a claim waits for the restore (see regate), and while
+// the group's assignment waits the session cannot end a cycle. That is
+// no loop without progress but the restore's own, minutes long at 100M
+// members, which the processor reports as it goes and during which it is
+// not ready; a halt there would restart it into the same restore, again
+// and again.
+func (w *stallWatch) restoreStarted() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.mu.restoring = true
+}
+
+// restoreEnded: the gate's restore ended; a cycle stall counts from now.
+func (w *stallWatch) restoreEnded() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.mu.restoring = false
+	if !w.mu.cycle.IsZero() {
+		w.mu.cycle = w.now()
+	}
+}
+
+// reset forgets every streak: a run begins (before its goroutines). A
+// gate restore the run began before it is still one.
 func (w *stallWatch) reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -257,7 +286,7 @@ func (w *stallWatch) assess(now time.Time) *Stall {
 			consider(&Stall{Cause: StallHeld, Partition: p, Since: s.since})
 		}
 	}
-	if c := w.mu.cycle; !c.IsZero() && now.Sub(c) >= w.after {
+	if c := w.mu.cycle; !c.IsZero() && !w.mu.restoring && now.Sub(c) >= w.after {
 		consider(&Stall{Cause: StallCycle, Partition: -1, Since: c})
 	}
 	return worst

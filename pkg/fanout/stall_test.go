@@ -102,6 +102,21 @@ func TestStallWatch(t *testing.T) {
 		}
 	})
 
+	t.Run("no cycle stall while the gate is restored", func(t *testing.T) {
+		f := newFakeStall(t, after, 2*after)
+		f.loopStarted()
+		f.restoreStarted()
+		if err := f.advance(10*after, step, nil); err != nil {
+			t.Fatalf("halted while the gate was restored: %v", err)
+		}
+		f.notStalled()
+		f.restoreEnded()
+		_ = f.advance(after-step, step, nil)
+		f.notStalled() // counted from the restore's end
+		_ = f.advance(2*step, step, nil)
+		f.stalled(StallCycle)
+	})
+
 	t.Run("a long cycle that aborts stays a stall", func(t *testing.T) {
 		f := newFakeStall(t, after, NoStallHalt)
 		f.loopStarted()
