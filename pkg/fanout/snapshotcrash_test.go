@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -245,3 +247,85 @@ func syncDirOf(t *testing.T, fs vfs.FS, dir string) {
 	d.Close()
 }
 
+// TestSnapshotTruncated: a snapshot cut at any length (a copy torn by
+// hand, a file system that lost its tail) is refused as bad, and the gate
+// is the store's scan.
+func TestSnapshotTruncated(t *testing.T) {
+	const n = 40
+	ctx := context.Background()
+	store := snapshotStore(t, n)
+	scanned := gate.New()
+	if _, err := restoreGate(ctx, store, scanned, gateSnapshot{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	fs := vfs.NewMem()
+	snap := gateSnapshot{path: "gate.snapshot", topic: snapTopic, fs: fs}
+	if _, err := snap.save(store, scanned, nil); err != nil {
+		t.Fatal(err)
+	}
+	whole := readAll(t, fs, snap.path)
+	for size := range len(whole) {
+		writeAll(t, fs, snap.path, whole[:size])
+		var rg regate
+		g := gate.New()
+		info, err := restoreGate(ctx, store, g, snap, &rg)
+		if err != nil {
+			t.Fatalf("%d of %d bytes: %v", size, len(whole), err)
+		}
+		if info.Source != "scan" || !errors.Is(info.Fallback, gate.ErrBadSnapshot) || rg.pending() != 0 {
+			t.Fatalf("%d of %d bytes: restored %+v, want the scan of a bad snapshot", size, len(whole), info)
+		}
+		sameDecisions(t, g, scanned, n)
+	}
+}
+
+func readAll(t *testing.T, fs vfs.FS, path string) []byte {
+	t.Helper()
+	f, err := fs.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func writeAll(t *testing.T, fs vfs.FS, path string, b []byte) {
+	t.Helper()
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(slices.Clone(b)); err != nil { // vfs may change what it writes
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzDecodeLabel: the label decoder never panics, refuses what it cannot
+// read with errBadLabel, and what it accepts encodes to a label that
+// decodes to the same; matchOlder never panics on it either.
+func FuzzDecodeLabel(f *testing.F) {
+	f.Add(encodeLabel("cmds", map[int32]int64{0: 40, 1: 77}))
+	f.Add(encodeLabel("", nil))
+	f.Add(encodeLabel("t", map[int32]int64{-1: -5}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		topic, cps, err := decodeLabel(b)
+		if err != nil {
+			if !errors.Is(err, errBadLabel) {
+				t.Fatalf("error %v does not wrap errBadLabel", err)
+			}
+			return
+		}
+		topic2, cps2, err := decodeLabel(encodeLabel(topic, cps))
+		if err != nil || topic2 != topic || !maps.Equal(cps, cps2) {
+			t.Fatalf("re-encoded: %q %v %v, want %q %v", topic2, cps2, err, topic, cps)
+		}
+		_, _ = matchOlder(b, topic, map[int32]int64{0: 1, 1: 2})
+	})
+}
