@@ -197,4 +197,3 @@ func waitLeft(t *testing.T, pr *proc, t0 time.Time, users ...uint64) {
 		return nil
 	})
 }
-
