@@ -362,6 +362,14 @@ func (s gateSnapshot) save(store Store, g *gate.Map, lower func(cps map[int32]in
 		return info, fmt.Errorf("unable to write the gate snapshot %s: %w", s.path, err)
 	}
 	defer fs.Remove(tmp) // fails harmlessly once renamed
+	if s.fs == nil {
+		// It names every user who ever left: readable by its owner
+		// alone, whatever the umask (vfs creates files 0666).
+		if err := os.Chmod(tmp, 0o600); err != nil {
+			f.Close()
+			return info, fmt.Errorf("unable to write the gate snapshot %s: %w", s.path, err)
+		}
+	}
 	w := bufio.NewWriterSize(f, 1<<20)
 	n, err := g.Save(w, encodeLabel(s.topic, cps))
 	if err == nil {

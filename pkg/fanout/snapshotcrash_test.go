@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -328,4 +330,26 @@ func FuzzDecodeLabel(f *testing.F) {
 		}
 		_, _ = matchOlder(b, topic, map[int32]int64{0: 1, 1: 2})
 	})
+}
+
+// TestSnapshotFileMode: the snapshot names every user who ever left; on
+// the operating system's file system it is readable by its owner alone,
+// as when it was made by os.CreateTemp.
+func TestSnapshotFileMode(t *testing.T) {
+	store := snapshotStore(t, 10)
+	g := gate.New()
+	if _, err := restoreGate(context.Background(), store, g, gateSnapshot{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	snap := gateSnapshot{path: filepath.Join(t.TempDir(), "gate.snapshot"), topic: snapTopic}
+	if _, err := snap.save(store, g, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(snap.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := st.Mode().Perm(); perm != 0o600 {
+		t.Fatalf("snapshot mode %v, want -rw-------", perm)
+	}
 }
