@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,11 +70,19 @@ func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
 	}
 
 	var progress []fanout.RestoreProgressInfo
-	take := func(replay bool) (map[uint64][]byte, []fanout.HandoverInfo) {
+	// take is a new instance's takeover of every partition, restoring or
+	// replaying; with clk, the instance's wall clock is clk, stepped an
+	// hour back and forth at each report of the restore's progress.
+	var steppedReads atomic.Int64
+	take := func(replay bool, clk *steppedClock) (map[uint64][]byte, []fanout.HandoverInfo) {
 		cfg := e.config()
 		cfg.Testing.HandoverReplay = replay
 		var mu sync.Mutex
 		var hs []fanout.HandoverInfo
+		var steps int
+		if clk != nil {
+			cfg.Now = clk.now
+		}
 		cfg.EventListener.Handover = func(i fanout.HandoverInfo) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -82,6 +91,12 @@ func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
 		cfg.EventListener.RestoreProgress = func(i fanout.RestoreProgressInfo) {
 			mu.Lock()
 			defer mu.Unlock()
+			if clk != nil {
+				steppedReads.Add(clk.reads.Load())
+				clk.step([]time.Duration{-time.Hour, time.Hour, 0}[steps%3])
+				steps++
+				return
+			}
 			progress = append(progress, i)
 		}
 		dir := t.TempDir()
@@ -111,7 +126,7 @@ func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
 		defer mu.Unlock()
 		return out, hs
 	}
-	restored, hs := take(false)
+	restored, hs := take(false, nil)
 	for _, h := range hs {
 		if h.Source != "changelog" {
 			t.Fatalf("restore: partition %d replayed: %v", h.Partition, h.Reason)
@@ -134,24 +149,42 @@ func TestHandoverFromChangelogEqualsReplay(t *testing.T) {
 			t.Errorf("partition %d: progress at the end of the changelog read %+v (of %+v); want records, bytes and the size", p, r, progress)
 		}
 	}
-	replayed, hs := take(true)
+	replayed, hs := take(true, nil)
 	if len(hs) != parts || hs[0].Source != "replay" {
 		t.Fatalf("replay: handovers %+v", hs)
 	}
 
-	if len(restored) != len(replayed) {
-		t.Fatalf("restored %d users and checkpoints, replayed %d", len(restored), len(replayed))
+	sameStores(t, "restored", restored, replayed)
+
+	// The wall clock stepped an hour back and forth while the partitions
+	// are restored: what they hold is still the replay's (the boundaries
+	// are the producers' clocks, never the processor's).
+	var clk steppedClock
+	stepped, hs := take(false, &clk)
+	if len(hs) != parts || hs[0].Source != "changelog" {
+		t.Fatalf("restore under clock steps: handovers %+v", hs)
 	}
-	for u, want := range replayed {
-		got := restored[u]
+	t.Logf("%d readings of the stepped clock during the restores", steppedReads.Load()+clk.reads.Load())
+	sameStores(t, "restored under clock steps", stepped, replayed)
+}
+
+// sameStores fails unless got holds what want holds (see sameDump), and
+// the same checkpoints (under key ^0).
+func sameStores(t *testing.T, what string, got, want map[uint64][]byte) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s %d users and checkpoints, replayed %d", what, len(got), len(want))
+	}
+	for u, w := range want {
+		g := got[u]
 		if u == ^uint64(0) {
-			if !bytes.Equal(got, want) {
-				t.Fatalf("checkpoints: restored %s, replayed %s", got, want)
+			if !bytes.Equal(g, w) {
+				t.Fatalf("checkpoints: %s %s, replayed %s", what, g, w)
 			}
 			continue
 		}
-		if err := sameDump(got, want); err != nil {
-			t.Errorf("user %d: %v", u, err)
+		if err := sameDump(g, w); err != nil {
+			t.Errorf("%s, user %d: %v", what, u, err)
 		}
 	}
 }

@@ -219,6 +219,11 @@ func TestCrashRestartEqualsReplay(t *testing.T) {
 	if err := after.stop(t); err != nil {
 		t.Fatal(err)
 	}
+	// A kill in the middle of a write left its temporary file; the write
+	// at the stop removed it.
+	if left, _ := filepath.Glob(cfg.GateSnapshot + ".tmp-*"); len(left) > 0 {
+		t.Errorf("temporary snapshot files left after the stop: %v", left)
+	}
 }
 
 // allows says whether a signal at ts passes a user in state s.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -355,6 +356,13 @@ type Testing struct {
 	// chaos control run can prove that its verifier sees the leak; never
 	// set it otherwise.
 	UnsafeIgnoreTopology bool
+
+	// SnapshotFS is the file system the gate snapshot (Config.GateSnapshot)
+	// is written to and read from; nil is the operating system's. Crash
+	// tests put it on a crashable in-memory file system (Pebble's
+	// vfs.NewCrashableMem), where a clone taken at any moment is what a
+	// kill, or a power loss, would leave.
+	SnapshotFS vfs.FS
 
 	// HandoverReplay makes a new owner with no state for a partition
 	// replay its commands from offset 0, as if the changelog could not be

@@ -390,7 +390,7 @@ func (p *Processor) runOnce(ctx context.Context) error {
 	defer cancel(nil)
 	halt := func(err error) { cancel(err) }
 	p.run.Store(&runContext{ctx})
-	snap := gateSnapshot{path: p.cfg.GateSnapshot, topic: string(p.cfg.Topics.Commands)}
+	snap := gateSnapshot{path: p.cfg.GateSnapshot, topic: string(p.cfg.Topics.Commands), fs: p.cfg.Testing.SnapshotFS}
 	restored := make(chan struct{}) // closed when the restore ends, p.restored set if it succeeded
 	// Before any claim can be made: a claim waits for the restore only
 	// when a snapshot older than the store may make it read its commands
@@ -647,7 +647,7 @@ func (p *Processor) adoptLayout(found layout, restored <-chan struct{}) (forgott
 			// to the new store by its commands: users moved between
 			// partitions without a command.
 			if path := p.cfg.GateSnapshot; path != "" {
-				if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				if err := (gateSnapshot{fs: p.cfg.Testing.SnapshotFS}).files().Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 					return false, fmt.Errorf("unable to remove the gate snapshot of the old layout: %w", err)
 				}
 			}

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/cohortgate/cohortgate/pkg/gate"
 )
@@ -67,10 +70,21 @@ import (
 // snapshot after such a change.
 
 // gateSnapshot is where the gate is saved and loaded, and the commands
-// topic whose checkpoints it reflects. An empty path means none.
+// topic whose checkpoints it reflects. An empty path means none. fs is the
+// file system it is on (Config.Testing.SnapshotFS); nil is the operating
+// system's.
 type gateSnapshot struct {
 	path  string
 	topic string
+	fs    vfs.FS
+}
+
+// files is the file system the snapshot is on.
+func (s gateSnapshot) files() vfs.FS {
+	if s.fs == nil {
+		return vfs.Default
+	}
+	return s.fs
 }
 
 // SnapshotLabel is the label of a gate snapshot that reflects the given
@@ -294,7 +308,7 @@ func (r *regate) pending() int {
 // again, returning the partitions that need it (see regate); or returns
 // why not (g is then as it was).
 func (s gateSnapshot) load(store Store, g *gate.Map, older bool) (behind, cps map[int32]int64, err error) {
-	f, err := os.Open(s.path)
+	f, err := s.files().Open(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("%w at %s", errNoSnapshot, s.path)
 	}
@@ -337,35 +351,41 @@ func (s gateSnapshot) save(store Store, g *gate.Map, lower func(cps map[int32]in
 	if lower != nil {
 		lower(cps)
 	}
-	dir := filepath.Dir(s.path)
+	fs := s.files()
+	dir, base := fs.PathDir(s.path), fs.PathBase(s.path)
 	// A save cut short by a kill leaves its temporary file: remove those
 	// first, they are as large as the snapshot.
-	if old, err := filepath.Glob(filepath.Join(dir, filepath.Base(s.path)+".tmp-*")); err == nil {
-		for _, f := range old {
-			_ = os.Remove(f)
+	removeTemps(fs, dir, base)
+	tmp := fs.PathJoin(dir, fmt.Sprintf("%s.tmp-%d", base, rand.Uint64()))
+	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return info, fmt.Errorf("unable to write the gate snapshot %s: %w", s.path, err)
+	}
+	defer fs.Remove(tmp) // fails harmlessly once renamed
+	if s.fs == nil {
+		// It names every user who ever left: readable by its owner
+		// alone, whatever the umask (vfs creates files 0666).
+		if err := os.Chmod(tmp, 0o600); err != nil {
+			f.Close()
+			return info, fmt.Errorf("unable to write the gate snapshot %s: %w", s.path, err)
 		}
 	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*")
-	if err != nil {
-		return info, err
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	w := bufio.NewWriterSize(tmp, 1<<20)
+	w := bufio.NewWriterSize(f, 1<<20)
 	n, err := g.Save(w, encodeLabel(s.topic, cps))
 	if err == nil {
 		err = w.Flush()
 	}
 	if err == nil {
-		err = tmp.Sync()
+		err = f.Sync()
 	}
-	if cerr := tmp.Close(); err == nil {
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), s.path)
+		err = fs.Rename(tmp, s.path)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = syncDir(fs, dir)
 	}
 	if err != nil {
 		return info, fmt.Errorf("unable to write the gate snapshot %s: %w", s.path, err)
@@ -374,9 +394,23 @@ func (s gateSnapshot) save(store Store, g *gate.Map, lower func(cps map[int32]in
 	return info, nil
 }
 
+// removeTemps removes the temporary files of snapshots named base in dir
+// that saves cut short left behind.
+func removeTemps(fs vfs.FS, dir, base string) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, base+".tmp-") {
+			_ = fs.Remove(fs.PathJoin(dir, name))
+		}
+	}
+}
+
 // syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
 	if err != nil {
 		return err
 	}
