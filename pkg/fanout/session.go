@@ -124,15 +124,15 @@ type txnSession struct {
 	group  string // the consumer group, whose offsets heal reads
 	inputs []string
 	failed failures
-	// endTimeout bounds GroupTransactSession.End. End waits for a forced
-	// heartbeat; when the member's session has expired meanwhile (the
-	// process was stopped), franz-go's group loop instead waits for
-	// AllowRebalance, which only comes after End: without a bound the
-	// two wait for each other forever. Past it, or when End fails
-	// without a definite answer (the coordinator moving), the
-	// transaction is ended for sure and its outcome learned (heal), for
-	// at most as long again; only a fenced producer or an outcome still
-	// unknown then replaces the session.
+	// endTimeout bounds heal, and GroupTransactSession.End with
+	// endFirstTry. End waits for a forced heartbeat; when the member's
+	// session has expired meanwhile (the process was stopped), franz-go's
+	// group loop instead waits for AllowRebalance, which only comes
+	// after End: without a bound the two wait for each other forever.
+	// Past End's bound, or when End fails without a definite answer (the
+	// coordinator moving), the transaction is ended for sure and its
+	// outcome learned (heal), for at most endTimeout; only a fenced
+	// producer or an outcome still unknown then replaces the session.
 	endTimeout time.Duration
 	// check, when set, is asked before a commit whether the outputs are
 	// the topics the run found (outputsCheck): if not, the cycle aborts.
@@ -198,7 +198,7 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 		}
 	}
 	before := t.committed()
-	endCtx, cancel := context.WithTimeout(ctx, t.endTimeout)
+	endCtx, cancel := context.WithTimeout(ctx, min(t.endTimeout, endFirstTry))
 	defer cancel()
 	done, err := t.s.End(endCtx, kgo.TransactionEndTry(commit))
 	switch {
@@ -428,6 +428,17 @@ func unconfirmed(err error) bool {
 	}
 	return true
 }
+
+// endFirstTry bounds GroupTransactSession.End before heal takes over
+// (endTimeout, when shorter, bounds it instead). A healthy End is three
+// round trips (TxnOffsetCommit, a heartbeat, EndTxn), well under a
+// second. One that has not returned by then waits on a request to a
+// coordinator that moved or stopped, or on the heartbeat a group loop
+// waiting for AllowRebalance does not send (see endTimeout): heal's fresh
+// requests, retried every second at most, find the new coordinator as
+// soon as it answers, where End's went on waiting for the rest of its
+// bound.
+const endFirstTry = 3 * time.Second
 
 // healBackoff is the first wait between two attempts of heal; it doubles
 // up to healBackoffMax.
