@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,12 +64,12 @@ func TestEndStuckOnAMovedCoordinatorHealsEarly(t *testing.T) {
 		return resp, nil, true
 	})
 
-	healed := make(chan Outcome, 16)
+	healed := make(chan CycleInfo, 16)
 	ev := EventListener{
 		CycleEnd: func(i CycleInfo) {
 			if errors.Is(i.Err, errHealed) {
 				select {
-				case healed <- i.Outcome:
+				case healed <- i:
 				default:
 				}
 			}
@@ -114,12 +115,19 @@ func TestEndStuckOnAMovedCoordinatorHealsEarly(t *testing.T) {
 	produce(signals/2, signals)
 
 	select {
-	case out := <-healed:
+	case i := <-healed:
 		if held.Load() == 0 {
 			t.Fatal("a cycle was healed, but no commit was held")
 		}
-		if out != Aborted {
-			t.Errorf("the held cycle healed as %v; want aborted (its offsets never reached the group)", out)
+		if i.Outcome != Aborted {
+			t.Errorf("the held cycle healed as %v; want aborted (its offsets never reached the group)", i.Outcome)
+		}
+		t.Logf("healed: %v", i.Err)
+		// The log says where the cycle's time went.
+		for _, want := range []string{"failed after 3", "flushed in ", "read from the group's offsets in "} {
+			if !strings.Contains(i.Err.Error(), want) {
+				t.Errorf("healed cycle's error %q does not say %q", i.Err, want)
+			}
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no cycle healed within 20s of a commit held forever (held: %d); the end waits out its whole bound", held.Load())

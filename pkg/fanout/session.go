@@ -175,6 +175,7 @@ func (t *txnSession) produce(ctx context.Context, r *kgo.Record, promise counted
 // flush closes that gap.
 func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position) (Outcome, error) {
 	defer t.failed.n.Store(0)
+	flushing := time.Now()
 	if err := t.s.Client().Flush(ctx); err != nil {
 		return Unknown, fmt.Errorf("unable to flush transaction: %w", err)
 	}
@@ -198,6 +199,7 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 		}
 	}
 	before := t.committed()
+	started := time.Now()
 	endCtx, cancel := context.WithTimeout(ctx, min(t.endTimeout, endFirstTry))
 	defer cancel()
 	done, err := t.s.End(endCtx, kgo.TransactionEndTry(commit))
@@ -205,12 +207,17 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 	case err != nil && unconfirmed(err):
 		// The end's outcome is unconfirmed (the coordinator moved, a
 		// request timed out): end it for sure and learn it from the
-		// group's offsets, keeping the session and its partitions.
+		// group's offsets, keeping the session and its partitions. The
+		// error says how long each took: where a broker fault's stall
+		// goes.
+		ended := time.Now()
 		out, herr := t.heal(ctx, plans, uncommitted, before)
+		r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+		flushed, took, healed := r(started.Sub(flushing)), r(ended.Sub(started)), r(time.Since(ended))
 		if herr != nil {
-			return Unknown, fmt.Errorf("unable to end transaction: %w; then unable to learn its outcome: %v", err, herr)
+			return Unknown, fmt.Errorf("unable to end transaction (flushed in %v, then %v ending): %w; then unable to learn its outcome (for %v): %v", flushed, took, err, healed, herr)
 		}
-		return out, fmt.Errorf("%w: ending the transaction failed (%v); its outcome, %v, was read from the group's offsets", errHealed, err, out)
+		return out, fmt.Errorf("%w: ending the transaction failed after %v (flushed in %v before) (%v); its outcome, %v, was read from the group's offsets in %v", errHealed, took, flushed, err, out, healed)
 	case err != nil:
 		return Unknown, fmt.Errorf("unable to end transaction: %w", err)
 	case !done:
