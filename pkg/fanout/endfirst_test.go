@@ -153,3 +153,141 @@ func TestEndStuckOnAMovedCoordinatorHealsEarly(t *testing.T) {
 		}
 	}
 }
+
+// TestHealIgnoresOtherMembersUnstableOffsets: a heal reads the group's
+// offsets with RequireStable, and a partition of another member whose
+// transaction is still open (a moving coordinator holds every member's)
+// answers UNSTABLE_OFFSET_COMMIT. Only the cycle's own partitions decide
+// the verdict. Before, any partition's error was retried until the bound,
+// and the session was replaced (in make test-cluster-short, 3 of 10
+// replacements said UNSTABLE_OFFSET_COMMIT); here its partitions would be
+// revoked.
+func TestHealIgnoresOtherMembersUnstableOffsets(t *testing.T) {
+	c, set := fakeCluster(t, 2)
+	helper, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(string(set.Signals)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer helper.Close()
+
+	var armed, failed, poisoned atomic.Int32
+	c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.EndTxnRequest)
+		if !req.Commit || req.TransactionalID != "heal-unstable" || armed.Load() == 0 || !failed.CompareAndSwap(0, 1) {
+			return nil, nil, false
+		}
+		return endTxnErr(req, kerr.RequestTimedOut), nil, true
+	})
+	c.ControlKey(int16(kmsg.OffsetFetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.OffsetFetchRequest)
+		if !req.RequireStable || failed.Load() == 0 {
+			return nil, nil, false
+		}
+		var resp *kmsg.OffsetFetchResponse
+		var ferr error
+		c.SleepControl(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			plain := *req
+			plain.RequireStable = false
+			resp, ferr = plain.RequestWith(ctx, helper)
+		})
+		if ferr != nil {
+			return nil, ferr, true
+		}
+		// Another member's input partition, its transaction open.
+		tp := kmsg.NewOffsetFetchResponseTopicPartition()
+		tp.Partition, tp.Offset, tp.ErrorCode = 0, -1, kerr.UnstableOffsetCommit.Code
+		if len(resp.Groups) > 0 {
+			gt := kmsg.NewOffsetFetchResponseGroupTopic()
+			gt.Topic = "another.input"
+			gp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
+			gp.Partition, gp.Offset, gp.ErrorCode = 0, -1, kerr.UnstableOffsetCommit.Code
+			gt.Partitions = append(gt.Partitions, gp)
+			resp.Groups[0].Topics = append(resp.Groups[0].Topics, gt)
+		} else {
+			rt := kmsg.NewOffsetFetchResponseTopic()
+			rt.Topic = "another.input"
+			rt.Partitions = append(rt.Partitions, tp)
+			resp.Topics = append(resp.Topics, rt)
+		}
+		poisoned.Add(1)
+		return resp, nil, true
+	})
+
+	var mu sync.Mutex
+	var revoked int
+	healed := make(chan CycleInfo, 16)
+	ev := EventListener{
+		PartitionsRevoked: func(PartitionsInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			revoked++
+		},
+		CycleEnd: func(i CycleInfo) {
+			if errors.Is(i.Err, errHealed) {
+				select {
+				case healed <- i:
+				default:
+				}
+			}
+		},
+	}
+	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	p, err := New(Config{
+		Brokers: c.ListenAddrs(), Topics: set, CreateTopics: true, Partitions: 2,
+		ExactlyOnce: true, TransactionalID: "heal-unstable", Grace: 10 * time.Millisecond,
+		CommitInterval: 20 * time.Millisecond, SessionTimeout: 10 * time.Second,
+		EventListener: ev,
+		Logger:        slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(p)
+	defer func() {
+		if err := r.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitReady(t, p)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 20 {
+		if i == 10 {
+			armed.Store(1)
+		}
+		rec := &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte("s" + strconv.Itoa(i)), Timestamp: time.Now()}
+		if err := helper.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	revokedBefore := revoked
+	mu.Unlock()
+	select {
+	case i := <-healed:
+		if poisoned.Load() == 0 {
+			t.Fatal("a cycle was healed without reading the group's offsets")
+		}
+		if i.Outcome != Aborted {
+			t.Errorf("healed as %v; want aborted", i.Outcome)
+		}
+	case <-ctx.Done():
+		t.Fatal("no cycle was healed")
+	case <-r.done:
+		t.Fatalf("Run returned: %v", r.err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if revoked != revokedBefore {
+		t.Errorf("partitions revoked %d times: the session was replaced over another member's unstable offsets", revoked-revokedBefore)
+	}
+}

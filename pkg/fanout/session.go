@@ -506,7 +506,7 @@ func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planne
 	for {
 		got, err := adm.FetchOffsets(kadm.RequireStable(ctx), t.group)
 		if err == nil {
-			err = got.Error()
+			err = plannedError(got, plans)
 		}
 		if err == nil {
 			out := judgeHealed(plans, before, got)
@@ -528,6 +528,23 @@ func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planne
 			return Unknown, fmt.Errorf("unable to read the group's offsets: %w", err)
 		}
 	}
+}
+
+// plannedError is the first error the group's offsets (got) carry for a
+// partition of plans. Those of other partitions do not matter to the
+// verdict: with RequireStable, a partition of another member whose
+// transaction is open (a coordinator moving holds every member's) answers
+// UNSTABLE_OFFSET_COMMIT until that transaction ends, and waiting on it
+// replaced the session.
+func plannedError(got kadm.OffsetResponses, plans map[string]map[int32]planned) error {
+	for topic, plan := range plans {
+		for p := range plan {
+			if o, ok := got.Lookup(topic, p); ok && o.Err != nil {
+				return fmt.Errorf("topic %s partition %d: %w", topic, p, o.Err)
+			}
+		}
+	}
+	return nil
 }
 
 // judgeHealed is heal's verdict from the offsets the group holds (got);
