@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/cohortgate/cohortgate/integration/workload"
 )
 
@@ -91,6 +93,7 @@ func allScenarios() []scenario {
 // for down, starts it again and waits until every partition is in sync.
 func (r *scenarioRun) bounce(ctx context.Context, node int32, how string, down time.Duration) error {
 	c := r.h.cluster
+	r.logCoordinators(ctx)
 	r.logf("%s broker %d (%d signals produced, %d forwarded visible)", how, node, r.produced.Load(), r.meter.count())
 	if err := c.do(ctx, how, node); err != nil {
 		return err
@@ -195,6 +198,7 @@ func (r *scenarioRun) killController(ctx context.Context) error {
 		if err := eventually(ctx, 30*time.Second, func() (err error) { node, err = c.controller(ctx); return err }); err != nil {
 			return err
 		}
+		r.logCoordinators(ctx)
 		r.logf("broker %d is the active controller", node)
 		if err := c.do(ctx, nodeKill, node); err != nil {
 			return err
@@ -236,6 +240,7 @@ func (r *scenarioRun) pauseBroker(ctx context.Context) error {
 	if err := eventually(ctx, 30*time.Second, func() (err error) { node, err = c.leader(ctx, topic, 0); return err }); err != nil {
 		return err
 	}
+	r.logCoordinators(ctx)
 	r.logf("SIGSTOP broker %d, the leader of %s/0 (%d signals produced)", node, topic, r.produced.Load())
 	if err := c.do(ctx, nodePause, node); err != nil {
 		return err
@@ -311,6 +316,7 @@ func (r *scenarioRun) twoDown(ctx context.Context) error {
 		return err
 	}
 	second := first%3 + 1
+	r.logCoordinators(ctx)
 	r.logf("kill -9 brokers %d and %d (%d signals produced, %d forwarded visible)", first, second, r.produced.Load(), r.meter.count())
 	for _, n := range []int32{first, second} {
 		if err := c.do(ctx, nodeKill, n); err != nil {
@@ -341,6 +347,36 @@ func (r *scenarioRun) twoDown(ctx context.Context) error {
 		return err
 	}
 	return r.waitReplicated(ctx)
+}
+
+// logCoordinators logs which node coordinates each group and
+// transactional ID of the row, the processors' and the floor's, just
+// before a fault: a fault on the node that coordinates the processors'
+// group or a transaction costs them what it does not cost the floor when
+// the floor's coordinators are elsewhere (the nodes follow from a hash of
+// the names), so a row's stall beside its floor is read with these.
+func (r *scenarioRun) logCoordinators(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	node := func(r kadm.FindCoordinatorResponses, key string) string {
+		c, ok := r[key]
+		if !ok || c.Err != nil {
+			return "?"
+		}
+		return fmt.Sprint(c.NodeID)
+	}
+	adm := r.h.adm
+	groups := adm.FindGroupCoordinators(ctx, r.group, r.group+"-floor")
+	txns := []string{r.group + "-floor"}
+	for _, in := range r.insts {
+		txns = append(txns, r.txnID(in))
+	}
+	tc := adm.FindTxnCoordinators(ctx, txns...)
+	line := fmt.Sprintf("coordinators: group of the processors on broker %s, the floor's on %s; transactions:", node(groups, r.group), node(groups, r.group+"-floor"))
+	for _, in := range r.insts {
+		line += fmt.Sprintf(" %s on %s,", in.name, node(tc, r.txnID(in)))
+	}
+	r.logf("%s the floor's on %s", line, node(tc, r.group+"-floor"))
 }
 
 // txnID is the transactional ID the harness gives in with --cluster.

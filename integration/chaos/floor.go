@@ -81,6 +81,10 @@ func (r *scenarioRun) startFloor(ctx context.Context) (*floorRun, error) {
 	return f, nil
 }
 
+// floorMetadataMinAge is the processor's least time between two metadata
+// requests of a client.
+const floorMetadataMinAge = 250 * time.Millisecond
+
 // floorEndTimeout bounds one End, as the processor's (its minimum, 10s).
 func floorEndTimeout(session time.Duration) time.Duration { return max(session, 10*time.Second) }
 
@@ -103,6 +107,9 @@ func passthrough(ctx context.Context, brokers []string, group, txnID, in, out st
 			kgo.RequiredAcks(kgo.AllISRAcks()),
 			kgo.SessionTimeout(session),
 			kgo.RebalanceTimeout(endTimeout+5*time.Second),
+			// The processor's (pkg/fanout clientOpts): a leader that
+			// moved is looked up again within 250ms, not franz-go's 5s.
+			kgo.MetadataMinAge(floorMetadataMinAge),
 		)
 		if err != nil {
 			return err

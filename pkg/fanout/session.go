@@ -124,15 +124,15 @@ type txnSession struct {
 	group  string // the consumer group, whose offsets heal reads
 	inputs []string
 	failed failures
-	// endTimeout bounds GroupTransactSession.End. End waits for a forced
-	// heartbeat; when the member's session has expired meanwhile (the
-	// process was stopped), franz-go's group loop instead waits for
-	// AllowRebalance, which only comes after End: without a bound the
-	// two wait for each other forever. Past it, or when End fails
-	// without a definite answer (the coordinator moving), the
-	// transaction is ended for sure and its outcome learned (heal), for
-	// at most as long again; only a fenced producer or an outcome still
-	// unknown then replaces the session.
+	// endTimeout bounds heal, and GroupTransactSession.End with
+	// endFirstTry. End waits for a forced heartbeat; when the member's
+	// session has expired meanwhile (the process was stopped), franz-go's
+	// group loop instead waits for AllowRebalance, which only comes
+	// after End: without a bound the two wait for each other forever.
+	// Past End's bound, or when End fails without a definite answer (the
+	// coordinator moving), the transaction is ended for sure and its
+	// outcome learned (heal), for at most endTimeout; only a fenced
+	// producer or an outcome still unknown then replaces the session.
 	endTimeout time.Duration
 	// check, when set, is asked before a commit whether the outputs are
 	// the topics the run found (outputsCheck): if not, the cycle aborts.
@@ -175,6 +175,7 @@ func (t *txnSession) produce(ctx context.Context, r *kgo.Record, promise counted
 // flush closes that gap.
 func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position) (Outcome, error) {
 	defer t.failed.n.Store(0)
+	flushing := time.Now()
 	if err := t.s.Client().Flush(ctx); err != nil {
 		return Unknown, fmt.Errorf("unable to flush transaction: %w", err)
 	}
@@ -198,19 +199,25 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 		}
 	}
 	before := t.committed()
-	endCtx, cancel := context.WithTimeout(ctx, t.endTimeout)
+	started := time.Now()
+	endCtx, cancel := context.WithTimeout(ctx, min(t.endTimeout, endFirstTry))
 	defer cancel()
 	done, err := t.s.End(endCtx, kgo.TransactionEndTry(commit))
 	switch {
 	case err != nil && unconfirmed(err):
 		// The end's outcome is unconfirmed (the coordinator moved, a
 		// request timed out): end it for sure and learn it from the
-		// group's offsets, keeping the session and its partitions.
+		// group's offsets, keeping the session and its partitions. The
+		// error says how long each took: where a broker fault's stall
+		// goes.
+		ended := time.Now()
 		out, herr := t.heal(ctx, plans, uncommitted, before)
+		r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+		flushed, took, healed := r(started.Sub(flushing)), r(ended.Sub(started)), r(time.Since(ended))
 		if herr != nil {
-			return Unknown, fmt.Errorf("unable to end transaction: %w; then unable to learn its outcome: %v", err, herr)
+			return Unknown, fmt.Errorf("unable to end transaction (flushed in %v, then %v ending): %w; then unable to learn its outcome (for %v): %v", flushed, took, err, healed, herr)
 		}
-		return out, fmt.Errorf("%w: ending the transaction failed (%v); its outcome, %v, was read from the group's offsets", errHealed, err, out)
+		return out, fmt.Errorf("%w: ending the transaction failed after %v (flushed in %v before) (%v); its outcome, %v, was read from the group's offsets in %v", errHealed, took, flushed, err, out, healed)
 	case err != nil:
 		return Unknown, fmt.Errorf("unable to end transaction: %w", err)
 	case !done:
@@ -429,6 +436,17 @@ func unconfirmed(err error) bool {
 	return true
 }
 
+// endFirstTry bounds GroupTransactSession.End before heal takes over
+// (endTimeout, when shorter, bounds it instead). A healthy End is three
+// round trips (TxnOffsetCommit, a heartbeat, EndTxn), well under a
+// second. One that has not returned by then waits on a request to a
+// coordinator that moved or stopped, or on the heartbeat a group loop
+// waiting for AllowRebalance does not send (see endTimeout): heal's fresh
+// requests, retried every second at most, find the new coordinator as
+// soon as it answers, where End's went on waiting for the rest of its
+// bound.
+const endFirstTry = 3 * time.Second
+
 // healBackoff is the first wait between two attempts of heal; it doubles
 // up to healBackoffMax.
 const (
@@ -488,7 +506,7 @@ func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planne
 	for {
 		got, err := adm.FetchOffsets(kadm.RequireStable(ctx), t.group)
 		if err == nil {
-			err = got.Error()
+			err = plannedError(got, plans)
 		}
 		if err == nil {
 			out := judgeHealed(plans, before, got)
@@ -510,6 +528,23 @@ func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planne
 			return Unknown, fmt.Errorf("unable to read the group's offsets: %w", err)
 		}
 	}
+}
+
+// plannedError is the first error the group's offsets (got) carry for a
+// partition of plans. Those of other partitions do not matter to the
+// verdict: with RequireStable, a partition of another member whose
+// transaction is open (a coordinator moving holds every member's) answers
+// UNSTABLE_OFFSET_COMMIT until that transaction ends, and waiting on it
+// replaced the session.
+func plannedError(got kadm.OffsetResponses, plans map[string]map[int32]planned) error {
+	for topic, plan := range plans {
+		for p := range plan {
+			if o, ok := got.Lookup(topic, p); ok && o.Err != nil {
+				return fmt.Errorf("topic %s partition %d: %w", topic, p, o.Err)
+			}
+		}
+	}
+	return nil
 }
 
 // judgeHealed is heal's verdict from the offsets the group holds (got);

@@ -166,8 +166,21 @@ func clientOpts(cfg *Config, lim *limits, id string) []kgo.Opt {
 			return int32(min(max(lim.of(topic), 512), maxProducerBatchBytes))
 		}),
 		kgo.BrokerMaxWriteBytes(maxProducerBatchBytes + 1<<20),
+		// How soon a client may ask for metadata again. A produce or
+		// fetch that fails retriably (its leader moved: a broker
+		// killed, stopped or paused) is retried after the next metadata
+		// update, which franz-go's default (5s) puts 5s after the last:
+		// under broker faults a transaction's flush took 5, 10 or 15s,
+		// in steps of 5s, each step past the moment a new look would
+		// have found the leader.
+		kgo.MetadataMinAge(metadataMinAge),
 	}, cfg.KafkaOpts...)
 }
+
+// metadataMinAge is the least time between two metadata requests of one
+// client: Kafka's own clients retry a failed request after
+// retry.backoff.ms (100ms), with metadata refreshed first.
+const metadataMinAge = 250 * time.Millisecond
 
 // maxProducerBatchBytes caps the producer's batches whatever a topic
 // allows.
