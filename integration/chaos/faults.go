@@ -366,17 +366,21 @@ func (r *scenarioRun) logCoordinators(ctx context.Context) {
 		return fmt.Sprint(c.NodeID)
 	}
 	adm := r.h.adm
-	groups := adm.FindGroupCoordinators(ctx, r.group, r.group+"-floor")
-	txns := []string{r.group + "-floor"}
+	floorGroup, floorTxn := r.group+"-floor", r.group+"-floor"
+	if r.floor != nil {
+		floorGroup, floorTxn = r.floor.group, r.floor.txnID
+	}
+	groups := adm.FindGroupCoordinators(ctx, r.group, floorGroup)
+	txns := []string{floorTxn}
 	for _, in := range r.insts {
 		txns = append(txns, r.txnID(in))
 	}
 	tc := adm.FindTxnCoordinators(ctx, txns...)
-	line := fmt.Sprintf("coordinators: group of the processors on broker %s, the floor's on %s; transactions:", node(groups, r.group), node(groups, r.group+"-floor"))
+	line := fmt.Sprintf("coordinators: group of the processors on broker %s, the floor's on %s; transactions:", node(groups, r.group), node(groups, floorGroup))
 	for _, in := range r.insts {
 		line += fmt.Sprintf(" %s on %s,", in.name, node(tc, r.txnID(in)))
 	}
-	r.logf("%s the floor's on %s", line, node(tc, r.group+"-floor"))
+	r.logf("%s the floor's on %s", line, node(tc, floorTxn))
 }
 
 // txnID is the transactional ID the harness gives in with --cluster.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
+	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -31,6 +34,8 @@ const floorCommitInterval = 100 * time.Millisecond
 type floorRun struct {
 	meter stallMeter
 	topic string
+	group string // the passthrough's consumer group
+	txnID string // and its transactional ID
 	stop  func() // stops the passthrough and its reader, and waits for them
 }
 
@@ -38,7 +43,15 @@ type floorRun struct {
 // from r's first input into it, and its reader; the meter starts now.
 func (r *scenarioRun) startFloor(ctx context.Context) (*floorRun, error) {
 	o := r.h.o
-	f := &floorRun{topic: string(r.set.Cohort) + ".floor"}
+	f := &floorRun{topic: string(r.set.Cohort) + ".floor", group: r.group + "-floor", txnID: r.group + "-floor"}
+	if len(r.insts) > 0 {
+		if groups, txns, err := coordinatorPartitions(ctx, r.h.adm); err != nil {
+			r.logf("floor: its coordinators may differ from the processors': %v", err)
+		} else {
+			f.group = sameCoordinator(f.group, r.group, groups)
+			f.txnID = sameCoordinator(f.txnID, r.txnID(r.insts[0]), txns)
+		}
+	}
 	configs := make(map[string]*string)
 	for _, s := range r.set.Specs() {
 		if s.Topic == r.set.Cohort {
@@ -63,7 +76,7 @@ func (r *scenarioRun) startFloor(ctx context.Context) (*floorRun, error) {
 	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := passthrough(fctx, r.h.brokers, r.group+"-floor", r.group+"-floor", string(r.set.Signals), f.topic, o.sessionTimeout, r.logf); err != nil {
+		if err := passthrough(fctx, r.h.brokers, f.group, f.txnID, string(r.set.Signals), f.topic, o.sessionTimeout, r.logf); err != nil {
 			r.logf("floor: the passthrough stopped: %v", err)
 		}
 	}()
@@ -74,11 +87,97 @@ func (r *scenarioRun) startFloor(ctx context.Context) (*floorRun, error) {
 		if !o.keep {
 			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			_, _ = r.h.adm.DeleteTopics(cctx, f.topic)
-			_, _ = r.h.adm.DeleteGroup(cctx, r.group+"-floor")
+			_, _ = r.h.adm.DeleteGroup(cctx, f.group)
 			ccancel()
 		}
 	}
 	return f, nil
+}
+
+// The floor is a fair measure of a fault only if the fault hits its
+// coordinators as it hits the processors': a broker that coordinates the
+// processors' group but not the floor's makes their members expire and
+// rejoin while the floor goes on. A coordinator is the leader of one
+// partition of __consumer_offsets (groups) or __transaction_state
+// (transactional IDs), chosen by a hash of the name, so the floor's names
+// are chosen to hash to the processors' partitions (the group's, and the
+// first instance's transactional ID's): then every fault, and every
+// failover after it, moves both together.
+
+// coordinatorPartitions returns the partition counts of the brokers'
+// group and transaction state topics, from the configuration of the
+// broker that answers.
+func coordinatorPartitions(ctx context.Context, adm *kadm.Client) (groups, txns int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("unable to list the brokers: %w", err)
+	}
+	if len(md.Brokers) == 0 {
+		return 0, 0, errors.New("no broker in the metadata")
+	}
+	rcs, err := adm.DescribeBrokerConfigs(ctx, md.Brokers[0].NodeID)
+	if err != nil {
+		return 0, 0, fmt.Errorf("unable to read broker %d's configuration: %w", md.Brokers[0].NodeID, err)
+	}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			return 0, 0, fmt.Errorf("unable to read broker %d's configuration: %w", md.Brokers[0].NodeID, rc.Err)
+		}
+		for _, c := range rc.Configs {
+			if c.Value == nil {
+				continue
+			}
+			switch c.Key {
+			case "offsets.topic.num.partitions":
+				groups, err = strconv.Atoi(*c.Value)
+			case "transaction.state.log.num.partitions":
+				txns, err = strconv.Atoi(*c.Value)
+			}
+			if err != nil {
+				return 0, 0, fmt.Errorf("broker %d's %s: %w", md.Brokers[0].NodeID, c.Key, err)
+			}
+		}
+	}
+	if groups < 1 || txns < 1 {
+		return 0, 0, fmt.Errorf("broker %d names no partition count for its coordinators (offsets %d, transactions %d)", md.Brokers[0].NodeID, groups, txns)
+	}
+	return groups, txns, nil
+}
+
+// coordinatorPartition is the partition of a coordinator topic of n
+// partitions that holds key, as the broker computes it: the absolute
+// value of Java's String.hashCode (0 for MinInt32, as Kafka's Utils.abs
+// has it), modulo n.
+func coordinatorPartition(key string, n int) int {
+	var h int32
+	for _, c := range utf16.Encode([]rune(key)) {
+		h = 31*h + int32(c)
+	}
+	switch {
+	case h == math.MinInt32:
+		h = 0
+	case h < 0:
+		h = -h
+	}
+	return int(h) % n
+}
+
+// sameCoordinator returns base, or base with the smallest suffix "-N",
+// that hashes to the partition of match among n; base if none of the
+// first thousand does (then the log of coordinators says so).
+func sameCoordinator(base, match string, n int) string {
+	want := coordinatorPartition(match, n)
+	if coordinatorPartition(base, n) == want {
+		return base
+	}
+	for i := 1; i <= 1000; i++ {
+		if name := base + "-" + strconv.Itoa(i); coordinatorPartition(name, n) == want {
+			return name
+		}
+	}
+	return base
 }
 
 // floorMetadataMinAge is the processor's least time between two metadata
