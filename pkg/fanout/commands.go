@@ -277,6 +277,7 @@ func (a *applier) prepareIdle(ctx context.Context) error {
 		cs   []*claim
 		ends []int64
 	)
+	var recovering []*claim
 	for _, c := range a.claims.all() {
 		if c.prepared.Load() && !c.recovery.done {
 			// A claim with nothing to restore is prepared at once, but
@@ -286,9 +287,7 @@ func (a *applier) prepareIdle(ctx context.Context) error {
 			// now, while the commands are idle, rather than by the
 			// partition's first command, it stands between no leave
 			// and the gate.
-			if err := a.prepare(ctx, c); err != nil {
-				return err
-			}
+			recovering = append(recovering, c)
 			continue
 		}
 		if c.prepared.Load() || a.listEnd == nil {
@@ -307,6 +306,14 @@ func (a *applier) prepareIdle(ctx context.Context) error {
 		}
 		cs, ends = append(cs, c), append(ends, end)
 	}
+	if err := a.recoverAll(ctx, recovering); err != nil {
+		return err
+	}
+	for _, c := range recovering {
+		if err := a.prepare(ctx, c); err != nil {
+			return err
+		}
+	}
 	return a.prepareAll(ctx, cs, ends)
 }
 
@@ -324,6 +331,9 @@ func (a *applier) prepareAll(ctx context.Context, cs []*claim, ends []int64) err
 		}
 	}
 	if err := a.handoverAll(ctx, restoring, at); err != nil {
+		return err
+	}
+	if err := a.recoverAll(ctx, cs); err != nil {
 		return err
 	}
 	for _, c := range cs {
@@ -362,6 +372,16 @@ func (a *applier) handoverAll(ctx context.Context, cs []*claim, ends []int64) er
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// recoverAll recovers the windows of the claims cs that still need it,
+// side by side, at most Config.RestoreParallel at once (recover.go).
+func (a *applier) recoverAll(ctx context.Context, cs []*claim) error {
+	jobs := make([]recoveryJob, 0, len(cs))
+	for _, c := range cs {
+		jobs = append(jobs, recoveryJob{part: c.partition, rec: &c.recovery, single: c.readSingle, note: c.note})
+	}
+	return a.recover.recoverAll(ctx, jobs, a.cfg.RestoreParallel)
 }
 
 // prepare does, once per claim, what it needs before its commands are

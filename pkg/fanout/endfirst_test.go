@@ -291,3 +291,118 @@ func TestHealIgnoresOtherMembersUnstableOffsets(t *testing.T) {
 		t.Errorf("partitions revoked %d times: the session was replaced over another member's unstable offsets", revoked-revokedBefore)
 	}
 }
+
+// TestFlushNoBrokerTakesIsBounded: records that no broker takes (leaders
+// or in-sync replicas away) held a cycle's flush for as long as the fault
+// lasted. In make test-cluster-short's broker-two-down row a flush took
+// 54.7s while the floor's plain exactly-once passthrough, whose End is
+// bounded, replaced its session and resumed 27s sooner. Here a produce
+// of the processor's transaction is held until the test's end: the
+// session is replaced within the bound (the session timeout, 10s here),
+// and every signal is still forwarded exactly once. Before, no cycle
+// ended within 30s.
+func TestFlushNoBrokerTakesIsBounded(t *testing.T) {
+	c, set := fakeCluster(t, 2)
+	helper, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(string(set.Signals)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer helper.Close()
+
+	var armed, held atomic.Int32
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free()
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		if req.TransactionID == nil || *req.TransactionID != "flush-bound" || armed.Load() == 0 || !held.CompareAndSwap(0, 1) {
+			return nil, nil, false
+		}
+		// Never answered in time: the brokers that would take it are away.
+		c.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+
+	unknown := make(chan CycleInfo, 16)
+	ev := EventListener{
+		CycleEnd: func(i CycleInfo) {
+			if i.Outcome == Unknown && i.Err != nil {
+				select {
+				case unknown <- i:
+				default:
+				}
+			}
+		},
+	}
+	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	p, err := New(Config{
+		Brokers: c.ListenAddrs(), Topics: set, CreateTopics: true, Partitions: 2,
+		ExactlyOnce: true, TransactionalID: "flush-bound", Grace: 10 * time.Millisecond,
+		CommitInterval: 20 * time.Millisecond, SessionTimeout: 10 * time.Second,
+		EventListener: ev,
+		Logger:        slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(p)
+	defer func() {
+		free()
+		if err := r.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitReady(t, p)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const signals = 100
+	produce := func(from, to int) {
+		for i := from; i < to; i++ {
+			rec := &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte("s" + strconv.Itoa(i)), Timestamp: time.Now()}
+			if err := helper.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(0, signals/2)
+	armed.Store(1)
+	produce(signals/2, signals)
+
+	select {
+	case i := <-unknown:
+		if held.Load() == 0 {
+			t.Fatal("a cycle's outcome is unknown, but no produce was held")
+		}
+		if !strings.Contains(i.Err.Error(), "unable to flush transaction within") {
+			t.Errorf("the cycle ended with %q; want the flush's bound", i.Err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no cycle ended within 30s of a produce held forever (held: %d); the flush waits for as long as the fault lasts", held.Load())
+	}
+
+	out, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(string(set.Cohort)),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	seen := make(map[string]int)
+	for n := 0; n < signals && ctx.Err() == nil; {
+		out.PollFetches(ctx).EachRecord(func(rec *kgo.Record) {
+			seen[string(rec.Value)]++
+			n++
+		})
+	}
+	for i := range signals {
+		if k := seen["s"+strconv.Itoa(i)]; k != 1 {
+			t.Errorf("signal %d forwarded %d times; want once", i, k)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cohortgate/cohortgate/pkg/membership"
@@ -69,6 +70,89 @@ func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery, sing
 		return nil
 	}
 	start := time.Now()
+	view, err := r.read(ctx, part, single, note)
+	if err != nil || ctx.Err() != nil {
+		return err
+	}
+	return r.attach(part, view, rec, time.Since(start))
+}
+
+// recoveryJob is one partition's recovery for recoverAll: the partition,
+// its recovery, and single and note as recover takes them.
+type recoveryJob struct {
+	part   int32
+	rec    *recovery
+	single bool
+	note   func(string)
+}
+
+// recoverAll recovers the windows of the jobs whose recovery is not done,
+// as recover does, their changelog reads side by side, at most parallel
+// at once, then puts each one's windows into the store in the jobs'
+// order. Each read goes to the changelog's end read_committed, so it
+// waits for the transactions open on it, this processor's own cycle
+// among them: one after another, the reads of the partitions of one
+// assignment add those waits up (about half a second each, after a
+// broker fault moved a coordinator). A job whose read fails is left
+// undone, for recover to retry alone.
+func (r *recoverer) recoverAll(ctx context.Context, jobs []recoveryJob, parallel int) error {
+	var todo []recoveryJob
+	for _, j := range jobs {
+		if !j.rec.done {
+			todo = append(todo, j)
+		}
+	}
+	if len(todo) < 2 || r.skip {
+		return nil // recover does one alone
+	}
+	type result struct {
+		view changelogView
+		took time.Duration
+		err  error
+	}
+	res := make([]result, len(todo))
+	slots := make(chan struct{}, max(1, parallel))
+	var wg sync.WaitGroup
+	for i, j := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-slots }()
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+			defer cancel()
+			res[i].view, res[i].err = r.src.read(rctx, readRequest{part: j.part, single: j.single, note: j.note})
+			res[i].took = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	for i, j := range todo {
+		if res[i].err != nil {
+			if fatal := notAuthorized("reading "+string(r.topic), res[i].err); fatal != nil {
+				return fatal
+			}
+			continue // recover reads it again, alone, with retries
+		}
+		j.rec.done = true
+		if err := r.attach(j.part, res[i].view, j.rec, res[i].took); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// read reads what earlier owners wrote for signals partition part,
+// retrying until it succeeds or ctx ends (then it returns no error and
+// an empty view).
+func (r *recoverer) read(ctx context.Context, part int32, single bool, note func(string)) (changelogView, error) {
 	var (
 		view changelogView
 		err  error
@@ -81,7 +165,7 @@ func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery, sing
 			break
 		}
 		if fatal := notAuthorized("reading "+string(r.topic), err); fatal != nil {
-			return fatal
+			return view, fatal
 		}
 		r.log.Warn("unable to read late-leave windows from the changelog; the partition's commands wait",
 			"partition", part, "attempt", attempt, "err", err)
@@ -90,14 +174,17 @@ func (r *recoverer) recover(ctx context.Context, part int32, rec *recovery, sing
 		case <-time.After(min(time.Duration(attempt)*time.Second, 30*time.Second)):
 		}
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
+	return view, nil
+}
+
+// attach puts the windows of view, read for partition part in took,
+// into the store and rec, and reports them.
+func (r *recoverer) attach(part int32, view changelogView, rec *recovery, took time.Duration) error {
 	if err := r.attachAll(view.windows, rec); err != nil {
 		return err
 	}
 	r.ev.WindowsRecovered(WindowsRecoveredInfo{Partition: part, Records: view.stats.records, Windows: view.stats.windows,
-		AwaitingReplay: len(rec.pending), Took: time.Since(start)})
+		AwaitingReplay: len(rec.pending), Took: took})
 	return nil
 }
 

@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,4 +71,98 @@ func TestWindowsRecoveredBeforeTheFirstCommand(t *testing.T) {
 	waitFor(t, "the leave in force in the gate while a transaction stays open on the changelog", func() bool {
 		return !p.gate.Allows(user, after)
 	})
+}
+
+// barrierChangelog is an empty changelog whose reads each wait until n
+// of them are under way at once, or until a deadline: then it notes
+// that they were not side by side.
+type barrierChangelog struct {
+	n        int
+	mu       sync.Mutex
+	inside   int
+	all      chan struct{}
+	alone    bool
+	reads    int
+	deadline time.Duration
+}
+
+func (b *barrierChangelog) read(ctx context.Context, q readRequest) (changelogView, error) {
+	b.mu.Lock()
+	b.inside++
+	b.reads++
+	if b.inside == b.n {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+	case <-time.After(b.deadline):
+		b.mu.Lock()
+		b.alone = true
+		b.mu.Unlock()
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	b.inside--
+	b.mu.Unlock()
+	return (&fakeChangelog{}).read(ctx, q)
+}
+
+// TestWindowsRecoveredSideBySide: the claims of one assignment read the
+// changelog for their windows side by side. Each read goes to the
+// changelog's end read_committed and waits for the transactions open on
+// it; one after another, after a broker fault, three partitions took
+// 0.5 s each before forwarding again.
+func TestWindowsRecoveredSideBySide(t *testing.T) {
+	src := &barrierChangelog{n: 3, all: make(chan struct{}), deadline: 2 * time.Second}
+	run := newHandoverRunOf(t, src, 3, func(c *Config) { c.RestoreParallel = 3 })
+	var cs []*claim
+	for p := range int32(3) {
+		c := run.claimOf(p, 0) // nothing to restore: prepared at once
+		c.prepared.Store(true)
+		cs = append(cs, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run.a.prepareIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if !c.recovery.done {
+			t.Errorf("partition %d: windows not recovered", c.partition)
+		}
+	}
+	if src.reads != 3 {
+		t.Errorf("%d changelog reads, want 3 (one a claim)", src.reads)
+	}
+	if src.alone {
+		t.Error("the claims' changelog reads did not run side by side")
+	}
+}
+
+// TestWindowsRecoveredOneAtATimeWithOneSlot: with RestoreParallel 1 the
+// reads go one after another (the bound holds), and every claim is
+// still recovered.
+func TestWindowsRecoveredOneAtATimeWithOneSlot(t *testing.T) {
+	src := &barrierChangelog{n: 2, all: make(chan struct{}), deadline: 200 * time.Millisecond}
+	run := newHandoverRunOf(t, src, 2, func(c *Config) { c.RestoreParallel = 1 })
+	var cs []*claim
+	for p := range int32(2) {
+		c := run.claimOf(p, 0)
+		c.prepared.Store(true)
+		cs = append(cs, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run.a.prepareIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if !c.recovery.done {
+			t.Errorf("partition %d: windows not recovered", c.partition)
+		}
+	}
+	if !src.alone {
+		t.Error("with one slot, two reads were under way at once")
+	}
 }

@@ -124,8 +124,8 @@ type txnSession struct {
 	group  string // the consumer group, whose offsets heal reads
 	inputs []string
 	failed failures
-	// endTimeout bounds heal, and GroupTransactSession.End with
-	// endFirstTry. End waits for a forced heartbeat; when the member's
+	// endTimeout bounds the flush before an end, heal, and
+	// GroupTransactSession.End with endFirstTry. End waits for a forced heartbeat; when the member's
 	// session has expired meanwhile (the process was stopped), franz-go's
 	// group loop instead waits for AllowRebalance, which only comes
 	// after End: without a bound the two wait for each other forever.
@@ -176,7 +176,20 @@ func (t *txnSession) produce(ctx context.Context, r *kgo.Record, promise counted
 func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position) (Outcome, error) {
 	defer t.failed.n.Store(0)
 	flushing := time.Now()
-	if err := t.s.Client().Flush(ctx); err != nil {
+	// The flush is bounded as End is: records that no broker takes
+	// (leaders or in-sync replicas away) would otherwise hold the cycle
+	// for as long as the fault lasts, and franz-go's producer may keep
+	// retrying them after the brokers are back. Past the bound the
+	// outcome is unknown and the session is replaced; the new producer's
+	// epoch aborts the transaction, as a plain exactly-once client's End
+	// bound does.
+	fctx, fcancel := context.WithTimeout(ctx, t.endTimeout)
+	err := t.s.Client().Flush(fctx)
+	fcancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			return Unknown, fmt.Errorf("unable to flush transaction within %v: %w", t.endTimeout, err)
+		}
 		return Unknown, fmt.Errorf("unable to flush transaction: %w", err)
 	}
 	cl := t.s.Client()
