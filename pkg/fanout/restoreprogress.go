@@ -13,8 +13,11 @@ import (
 const (
 	phaseReadChangelog = "reading the changelog"
 	phaseCheckLeavers  = "reading the commands for the users who left"
-	phaseWrite         = "writing the users' records"
-	phaseGate          = "ingesting and setting the gate"
+	// phaseMerge: more files of spilled headers than a merge reads at
+	// once, merged into fewer (restorespill.go).
+	phaseMerge = "merging the spilled restore headers"
+	phaseWrite = "writing the users' records"
+	phaseGate  = "ingesting and setting the gate"
 )
 
 // restoreProgressEvery is how often a restore's progress is reported
@@ -152,6 +155,15 @@ type memBudget struct {
 		held  int64
 		freed chan struct{} // closed when bytes are given back
 	}
+}
+
+// take returns what a restore takes of b for an estimate of its headers,
+// with parallel restores at most side by side: the estimate, at least a
+// share of the capacity (restores that each take it all run side by
+// side), at most the capacity. The restore holds no more than that: the
+// headers beyond spill to files.
+func (b *memBudget) take(estimate int64, parallel int) int64 {
+	return min(b.capacity, max(estimate, b.capacity/int64(max(1, parallel))))
 }
 
 func newMemBudget(capacity int64) *memBudget {
