@@ -359,14 +359,15 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		return view.restore.err, nil
 	}
 	hs := view.restore
-	if err := hs.prepare(ctx, func(done, total int64) {
-		if done == 0 {
+	if err := hs.prepare(ctx, func(done, total int64, finished bool) {
+		switch {
+		case done == 0 && !finished:
 			c.progress.reading(phaseMerge, total, -1)
-			return
-		}
-		c.progress.advance(done, 0)
-		if done == total {
+		case finished:
+			c.progress.advance(done, 0)
 			c.progress.reportNow()
+		default:
+			c.progress.advance(done, 0)
 		}
 	}); err != nil {
 		if ctx.Err() != nil {

@@ -393,7 +393,8 @@ func corruptHeader(recs []*kgo.Record, user uint64) []*kgo.Record {
 // order between equals), header or none, as a map that keeps the greatest
 // would, in user order, and so does each range of users it is split
 // into. The chunks and runs held stay within the limit (but for the
-// smallest of each, or a header larger than it). Records come in random order of the commands they follow: read
+// smallest of each, or a header larger than it), and the merges of spill
+// files never say they read more entries than their total. Records come in random order of the commands they follow: read
 // from several changelog partitions, a user's records are not in the
 // order of its commands. Done, no spill file is left.
 func TestRestoreHeadersLatest(t *testing.T) {
@@ -448,8 +449,24 @@ func TestRestoreHeadersLatest(t *testing.T) {
 			if hs.failed != nil {
 				t.Fatal(hs.failed)
 			}
-			if err := hs.prepare(context.Background(), func(int64, int64) {}); err != nil {
+			files := 0
+			if hs.spill != nil {
+				files = len(hs.spill.runs)
+			}
+			var last struct {
+				done, total int64
+				finished    bool
+			}
+			if err := hs.prepare(context.Background(), func(done, total int64, finished bool) {
+				if done > total || last.finished {
+					t.Errorf("merging: %d entries of %d read (finished before: %v)", done, total, last.finished)
+				}
+				last.done, last.total, last.finished = done, total, finished
+			}); err != nil {
 				t.Fatal(err)
+			}
+			if files > spillFanIn && (!last.finished || last.done == 0) {
+				t.Fatalf("merging: last told %+v, want entries read and the end", last)
 			}
 			if tc.limit > 0 && tc.records > 1000 {
 				if hs.spill.n < 10 || len(hs.spill.runs) > spillFanIn {

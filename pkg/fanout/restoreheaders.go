@@ -291,19 +291,32 @@ func (hs *restoreHeaders) spillHeld() error {
 
 // prepare readies hs for the merges of the restore's workers: every run
 // held sorted, and no more spill files than spillFanIn, groups of them
-// merged into one; merging is told how far, in entries, from (0, total)
-// on, if it merges.
-func (hs *restoreHeaders) prepare(ctx context.Context, merging func(done, total int64)) error {
+// merged into one. merging, if it merges, is told how far: entries read
+// of the spill files, of total (what they would be if no user were in
+// two of them: a merge keeps one entry of a user's), with finished at
+// the end.
+func (hs *restoreHeaders) prepare(ctx context.Context, merging func(done, total int64, finished bool)) error {
 	hs.sorted()
 	if hs.spill == nil || len(hs.spill.runs) <= spillFanIn {
 		return nil
 	}
 	s := hs.spill
+	// The merges to come, on entry counts: the groups go round, the
+	// merged file last, so each entry is read about log16(files) times.
 	var total, done int64
-	for _, r := range s.runs {
-		total += r.entries
+	counts := make([]int64, len(s.runs))
+	for i, r := range s.runs {
+		counts[i] = r.entries
 	}
-	merging(0, total)
+	for len(counts) > spillFanIn {
+		var sum int64
+		for _, n := range counts[:spillFanIn] {
+			sum += n
+		}
+		total += sum
+		counts = append(counts[spillFanIn:], sum)
+	}
+	merging(0, total, false)
 	for len(s.runs) > spillFanIn {
 		group := s.runs[:spillFanIn]
 		cs := make([]headerCursor, 0, len(group))
@@ -328,15 +341,14 @@ func (hs *restoreHeaders) prepare(ctx context.Context, merging func(done, total 
 		if err != nil {
 			return err
 		}
-		// The merged file is last: the groups go round, and each entry is
-		// written about log16(files) times.
 		merged := s.runs[0]
 		for _, r := range group {
 			_ = s.fs.Remove(r.path)
 		}
 		s.runs = append(rest, merged)
-		merging(done, total)
+		merging(done, total, false)
 	}
+	merging(done, total, true)
 	return nil
 }
 

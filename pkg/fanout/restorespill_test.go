@@ -93,9 +93,9 @@ func interleaved(rng *rand.Rand, recs []*kgo.Record, ways int) []*kgo.Record {
 
 // TestRestoreSpilledEqualsReplay: restores side by side whose headers
 // are bounded to a few KiB spill each many times, to more files than a
-// merge reads at once, from changelogs read from several partitions
-// (users' records on more than one, out of order), and end with the
-// replay's bytes, their spill files removed.
+// merge reads at once (which says how far it is), from changelogs read
+// from several partitions (users' records on more than one, out of
+// order), and end with the replay's bytes, their spill files removed.
 //
 // Then the failures: a spill whose write fails halts the restores (a
 // storage failure) with nothing of them in the store and no spill file
@@ -144,10 +144,26 @@ func TestRestoreSpilledEqualsReplay(t *testing.T) {
 		run := newHandoverRunOn(t, open(fs), newSideBySideChangelog(changelogs, parts, nil), parts,
 			func(c *Config) { c.RestoreParallel = parts })
 		run.a.handover.spillLimit = limit
+		var mu sync.Mutex
+		merged := make(map[int32]RestoreProgressInfo)
+		run.a.handover.ev.RestoreProgress = func(i RestoreProgressInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			if i.Phase == phaseMerge {
+				merged[i.Partition] = i
+			}
+		}
 		for p := range int32(parts) {
 			run.claimOf(p, int64(tails[p]))
 		}
 		run.applyAll(t, recs, ends)
+		for p := range int32(parts) {
+			// The merge's last report: entries read, at most the total
+			// (a merge keeps one entry of a user's).
+			if i, ok := merged[p]; !ok || i.Records == 0 || i.Records > i.RecordsTotal {
+				t.Errorf("partition %d: last progress of the merge %+v, want entries read of the total", p, i)
+			}
+		}
 		if len(run.handovers) != parts {
 			t.Fatalf("handovers %+v, want %d", run.handovers, parts)
 		}

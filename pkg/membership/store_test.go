@@ -666,21 +666,26 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // TestTempDirEmptiedAtOpen: what a caller left in the store's temporary
 // directory (a restore's spill files, when the process died) is gone
-// when the store opens again; the store's own data is not.
+// when the store opens again, in memory and on disk (where Pebble meets
+// the directory among its files); the store's own data is not.
 func TestTempDirEmptiedAtOpen(t *testing.T) {
-	fs := vfs.NewMem()
-	s, err := Open("db", &Options{FS: fs, NoSync: true})
+	t.Run("mem", func(t *testing.T) { testTempDirEmptiedAtOpen(t, vfs.NewMem(), "db") })
+	t.Run("disk", func(t *testing.T) { testTempDirEmptiedAtOpen(t, vfs.Default, t.TempDir()) })
+}
+
+func testTempDirEmptiedAtOpen(t *testing.T, fs vfs.FS, dir string) {
+	s, err := Open(dir, &Options{FS: fs, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Leave(7, 100); err != nil {
 		t.Fatal(err)
 	}
-	dir := s.FS().PathJoin(s.TempDir(), "restore-0-1")
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	spill := s.FS().PathJoin(s.TempDir(), "restore-0-1")
+	if err := fs.MkdirAll(spill, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f, err := fs.Create(fs.PathJoin(dir, "run-1"), vfs.WriteCategoryUnspecified)
+	f, err := fs.Create(fs.PathJoin(spill, "run-1"), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +696,7 @@ func TestTempDirEmptiedAtOpen(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open("db", &Options{FS: fs, NoSync: true})
+	s, err = Open(dir, &Options{FS: fs, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
