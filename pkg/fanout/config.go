@@ -122,12 +122,13 @@ type Config struct {
 	// RestoreMemory bounds, in bytes, what the restores running side by
 	// side hold of the changelog's restore headers at once. Before it
 	// reads, a restore takes of it its estimate (restoreBytesPerRecord
-	// a command judged), at least RestoreMemory / RestoreParallel and at
-	// most all of it, waiting while others hold too much; it then holds
-	// no more headers than it took, whatever the changelog's size: the
-	// headers beyond are spilled, sorted, to temporary files in the
+	// a command judged, at most all of it), waiting while others hold
+	// too much (one alone always runs); as it reads, it takes more while
+	// the bound has room. It never holds more headers than it took,
+	// whatever the changelog's size: when it can take no more, the
+	// headers it holds are spilled, sorted, to temporary files in the
 	// store's directory (removed when the restore ends, or at the next
-	// start), and merged. Add a few MiB of buffers a restore, and what
+	// start), and merged at the end. Add a few MiB of buffers a restore, and what
 	// grows with the partition's users rather than its records (8 bytes
 	// a user and the episodes of the users with any, until the gate
 	// takes them). Default DefaultRestoreMemory.

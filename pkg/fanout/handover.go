@@ -78,9 +78,10 @@ import (
 // one side by side, at most Config.RestoreParallel at once (each reads
 // with a reader client of its own and writes on restoreWorkers
 // goroutines), and their headers bounded by Config.RestoreMemory: a
-// restore waits for its share before it reads, and holds no more
-// headers than it took, spilling the rest sorted to files of the store's
-// (restorespill.go); it applies no partition's commands meanwhile. Different partitions have
+// restore waits for its estimate before it reads, takes more as it reads
+// while the budget has it, and otherwise spills the headers beyond what
+// it took, sorted, to files of the store's (restorespill.go); it applies
+// no partition's commands meanwhile. Different partitions have
 // different users, so their imports never overlap; each restore's import
 // commit, gate and windows are done one restore at a time (finish).
 
@@ -316,12 +317,12 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 			"command judged (written by an older version, or the changelog was created again since)"), nil
 	}
 	// The headers a read keeps are bounded across restores side by side:
-	// about one changelog record per command judged, at least a share of
-	// the budget, at most all of it; those beyond what it took spill to
-	// files.
+	// it takes about one changelog record per command judged before it
+	// reads, more as it reads while the budget has it, and spills those
+	// beyond to files when it has not.
 	n := c.judgedBelow * restoreBytesPerRecord
 	if a.budget != nil {
-		n = a.budget.take(n, a.cfg.RestoreParallel)
+		n = min(n, a.budget.capacity)
 	}
 	release, err := a.budget.acquire(ctx, n, func(held int64) {
 		c.progress.setPhase(fmt.Sprintf("waiting for memory: restores side by side hold about %d MiB of "+
@@ -330,12 +331,25 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 	if err != nil {
 		return fmt.Errorf("waiting for memory to read the changelog: %w", err), nil
 	}
-	defer release() // after view.done below: the headers are dropped first
+	var more int64 // taken of the budget while reading
+	defer func() { // after view.done below: the headers are dropped first
+		release()
+		if more > 0 {
+			a.budget.give(more)
+		}
+	}()
 	to := spillTo{partition: c.partition}
-	if a.budget != nil || a.spillLimit > 0 {
-		to.limit, to.fs, to.dir = n, a.store.FS(), a.store.TempDir()
-		if a.spillLimit > 0 {
-			to.limit = a.spillLimit
+	switch {
+	case a.spillLimit > 0:
+		to.limit, to.fs, to.dir = a.spillLimit, a.store.FS(), a.store.TempDir()
+	case a.budget != nil:
+		to.limit, to.fs, to.dir = max(n, 1), a.store.FS(), a.store.TempDir()
+		to.more = func(m int64) bool {
+			if !a.budget.more(m) {
+				return false
+			}
+			more += m
+			return true
 		}
 	}
 	start := time.Now()

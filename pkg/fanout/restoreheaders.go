@@ -84,10 +84,11 @@ type restoreHeaders struct {
 	sorts  sync.WaitGroup
 	err    error // why the headers cannot be used (too many), or nil
 
-	limit    int64 // bytes of chunks and runs held at most; 0: no limit
-	held     int64 // bytes of chunks and runs allocated, in use or free
-	chunkLen int   // the size of a chunk
-	runLen   int   // the entries of a run
+	limit    int64              // bytes of chunks and runs held at most; 0: no limit
+	more     func(n int64) bool // raises limit by n if it may; nil: never
+	held     int64              // bytes of chunks and runs allocated, in use or free
+	chunkLen int                // the size of a chunk
+	runLen   int                // the entries of a run
 	free     [][]byte
 	freeRuns [][]headerRef
 	spill    *spillFiles // nil without a limit
@@ -136,7 +137,7 @@ const (
 func newRestoreHeaders(to spillTo) *restoreHeaders {
 	hs := &restoreHeaders{chunkLen: headerChunk, runLen: headerRun}
 	if to.limit > 0 {
-		hs.limit = to.limit
+		hs.limit, hs.more = to.limit, to.more
 		hs.chunkLen = int(min(max(to.limit/4, 4<<10), headerChunk))
 		hs.runLen = int(min(max(to.limit/(4*headerRefBytes), 64), headerRun))
 		hs.spill = newSpillFiles(to)
@@ -218,9 +219,17 @@ func (hs *restoreHeaders) add(user uint64, h []byte, has bool, follows restoreOr
 }
 
 // room reports whether n more bytes may be allocated: always without a
-// limit, and with nothing to spill.
+// limit, and with nothing to spill; otherwise within the limit, or
+// beyond it if more raises it.
 func (hs *restoreHeaders) room(n int64) bool {
-	return hs.limit == 0 || hs.held+n <= hs.limit || (len(hs.runs) == 0 && len(hs.cur) == 0)
+	switch {
+	case hs.limit == 0 || hs.held+n <= hs.limit || (len(hs.runs) == 0 && len(hs.cur) == 0):
+		return true
+	case hs.more != nil && hs.more(hs.held+n-hs.limit):
+		hs.limit = hs.held + n
+		return true
+	}
+	return false
 }
 
 // wait waits for the runs being sorted. A merge calls it; a reader that

@@ -157,15 +157,6 @@ type memBudget struct {
 	}
 }
 
-// take returns what a restore takes of b for an estimate of its headers,
-// with parallel restores at most side by side: the estimate, at least a
-// share of the capacity (restores that each take it all run side by
-// side), at most the capacity. The restore holds no more than that: the
-// headers beyond spill to files.
-func (b *memBudget) take(estimate int64, parallel int) int64 {
-	return min(b.capacity, max(estimate, b.capacity/int64(max(1, parallel))))
-}
-
 func newMemBudget(capacity int64) *memBudget {
 	b := &memBudget{capacity: capacity}
 	b.mu.freed = make(chan struct{})
@@ -202,6 +193,18 @@ func (b *memBudget) acquire(ctx context.Context, n int64, waiting func(held int6
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// more takes n more bytes if b has them now, without waiting: a restore
+// that holds what it took and would hold more (rather than spill).
+func (b *memBudget) more(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.mu.held+n > b.capacity {
+		return false
+	}
+	b.mu.held += n
+	return true
 }
 
 func (b *memBudget) give(n int64) {

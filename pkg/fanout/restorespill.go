@@ -42,10 +42,12 @@ const (
 )
 
 // spillTo is where and beyond what a restore's headers spill: limit
-// bytes held (0: no limit, nothing spills), files in a directory of their
-// own under dir, in fs.
+// bytes held (0: no limit, nothing spills), or more if more gives them
+// (it reports whether it took the bytes asked; nil: never); files in a
+// directory of their own under dir, in fs.
 type spillTo struct {
 	limit     int64
+	more      func(n int64) bool
 	fs        vfs.FS
 	dir       string
 	partition int32

@@ -187,6 +187,43 @@ func TestRestoreSpilledEqualsReplay(t *testing.T) {
 		}
 	})
 
+	// Bounded by the budget alone: restores take more than their
+	// estimate while it has room, and spill when it has none; either
+	// way they give every byte back.
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		spills bool
+	}{
+		{"budget with room", 1 << 30, false},
+		{"budget full", 64 << 10, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newSpillFS()
+			run := newHandoverRunOn(t, open(fs), newSideBySideChangelog(changelogs, 1, nil), parts,
+				func(c *Config) { c.RestoreParallel = parts })
+			budget := newMemBudget(tc.budget)
+			run.a.handover.budget = budget
+			for p := range int32(parts) {
+				run.claimOf(p, int64(tails[p]))
+			}
+			run.applyAll(t, recs, ends)
+			for _, h := range run.handovers {
+				if h.Source != "changelog" || (h.Spilled > 0) != tc.spills {
+					t.Fatalf("partition %d: %v, %d bytes spilled; want spills %v", h.Partition, h, h.Spilled, tc.spills)
+				}
+			}
+			if diff := diffStores(run.exported(t), want); diff != "" {
+				t.Fatalf("restored store differs from the replays':\n%s", diff)
+			}
+			budget.mu.Lock()
+			defer budget.mu.Unlock()
+			if budget.mu.held != 0 {
+				t.Fatalf("%d bytes of the budget held after the restores", budget.mu.held)
+			}
+		})
+	}
+
 	t.Run("failures", func(t *testing.T) {
 		fs := newSpillFS()
 		store := open(fs)
@@ -276,4 +313,33 @@ func TestRestoreSpilledEqualsReplay(t *testing.T) {
 			t.Fatalf("spill files left after the restores: %v", left)
 		}
 	})
+}
+
+// TestRestoreHeadersTakeMore: headers held beyond the limit take more of
+// the budget while it gives it, each time what the next chunk or run
+// needs, and spill only once it does not.
+func TestRestoreHeadersTakeMore(t *testing.T) {
+	const allowed = 256 << 10
+	var taken int64
+	hs := newRestoreHeaders(spillTo{limit: 16 << 10, fs: vfs.NewMem(), dir: "temp", more: func(n int64) bool {
+		if taken+n > allowed {
+			return false
+		}
+		taken += n
+		return true
+	}})
+	defer hs.done()
+	h := make([]byte, 300)
+	for i := range 2000 {
+		hs.add(uint64(i), h, true, restoreOrder{parts: 1, offset: int64(i)})
+		if hs.spill.n > 0 && taken+int64(hs.chunkLen) <= allowed && taken+int64(hs.runLen)*headerRefBytes <= allowed {
+			t.Fatalf("record %d: spilled with %d bytes still to take", i, allowed-taken)
+		}
+		if hs.held > 16<<10+taken {
+			t.Fatalf("record %d: %d bytes held, %d taken beyond the limit", i, hs.held, taken)
+		}
+	}
+	if taken == 0 || hs.spill.n == 0 {
+		t.Fatalf("%d bytes taken, %d spills; want both", taken, hs.spill.n)
+	}
 }
