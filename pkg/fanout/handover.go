@@ -218,8 +218,10 @@ type leaveScanner interface {
 	leavers(ctx context.Context, q leaversRequest) ([]uint64, error)
 }
 
-// checkLeavers returns why the users recorded (ascending) cannot be c's state: a user with a leave below the judged
-// offset that has no record among them. Such a leave was applied, so its
+// checkLeavers returns why the users recorded (ascending, every user
+// with a record) cannot be c's state: a user with a leave below the
+// judged offset that has no record among them. Such a leave was applied,
+// so its
 // user had a record; a record that is gone was removed by compaction
 // after a tombstone (a record with the user's key and no value, which a
 // purge job or an operator wrote), or deleted. Restored without it, the
