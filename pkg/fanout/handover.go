@@ -334,12 +334,13 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		return fmt.Errorf("waiting for memory to read the changelog: %w", err), nil
 	}
 	var more int64 // taken of the budget while reading
-	defer func() { // after view.done below: the headers are dropped first
+	giveBack := sync.OnceFunc(func() {
 		release()
 		if more > 0 {
 			a.budget.give(more)
 		}
-	}()
+	})
+	defer giveBack() // after view.done below: the headers are dropped first
 	to := spillTo{partition: c.partition}
 	switch {
 	case a.spillLimit > 0:
@@ -436,6 +437,10 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		}
 	}
 	info.Written = time.Since(start) - info.Read
+	// The headers are in the import now: the leavers' check and the gate
+	// go without them, and other restores may take their memory.
+	hs.done()
+	giveBack()
 	checking := time.Now()
 	if why, err := a.checkLeavers(ctx, c, recordedUsers(parts, users)); why != nil || err != nil {
 		return why, err

@@ -261,10 +261,11 @@ func (hs *restoreHeaders) spilled() int64 {
 	return hs.spill.bytes
 }
 
-// done drops what hs holds: its sorts are waited for and its spill
-// files removed.
+// done drops what hs holds: its sorts are waited for, its headers
+// dropped and its spill files removed. It may be called again.
 func (hs *restoreHeaders) done() {
 	hs.wait()
+	hs.chunks, hs.runs, hs.cur, hs.free, hs.freeRuns = nil, nil, nil, nil, nil
 	if hs.spill != nil {
 		hs.spill.remove()
 	}
