@@ -99,8 +99,9 @@ func interleaved(rng *rand.Rand, recs []*kgo.Record, ways int) []*kgo.Record {
 //
 // Then the failures: a spill whose write fails halts the restores (a
 // storage failure) with nothing of them in the store and no spill file
-// left; a restore cancelled in the middle of its read, after it spilled,
-// leaves none either. An owner started again on the same store restores
+// left; restores cancelled in the middle of their reads, after they
+// spilled, or at the end of the merge of their spill files, leave none
+// either. An owner started again on the same store restores
 // them all and ends with the replay's bytes.
 func TestRestoreSpilledEqualsReplay(t *testing.T) {
 	const parts = 4
@@ -290,6 +291,32 @@ func TestRestoreSpilledEqualsReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkNothing("after the cancelled restores")
+
+		// Cancelled when the merge of its spill files ends, before its
+		// users are written: one restore at a time, so that none
+		// imported before.
+		merging := newHandoverRunOn(t, store, newSideBySideChangelog(changelogs, 1, nil), parts,
+			func(c *Config) { c.RestoreParallel = 1 })
+		merging.a.handover.spillLimit = limit
+		for p := range int32(parts) {
+			merging.claimOf(p, int64(tails[p]))
+		}
+		mctx, mcancel := context.WithCancel(context.Background())
+		defer mcancel()
+		var mergedOnce sync.Once
+		merged := false
+		merging.a.handover.ev.RestoreProgress = func(i RestoreProgressInfo) {
+			if i.Phase == phaseMerge {
+				mergedOnce.Do(func() { merged = true; mcancel() })
+			}
+		}
+		if err := merging.a.applyFetched(mctx, fps); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		if !merged {
+			t.Fatal("no restore merged its spill files")
+		}
+		checkNothing("after a restore cancelled at the end of its merge")
 
 		again := newHandoverRunOn(t, store, newSideBySideChangelog(changelogs, parts, nil), parts,
 			func(c *Config) { c.RestoreParallel = parts })
