@@ -195,7 +195,7 @@ func defineRun(f *flags, o *runOptions, embedded bool) {
 	f.BoolVar(&o.unsafeNoTopo, "unsafe-ignore-topology", false, "UNSAFE, for chaos control runs only: go on under the partition counts found at start when the topics grow, so commands in new partitions are read by nobody")
 	f.StringVar(&o.unsafeClock, "unsafe-clock-offset-file", "", "UNSAFE, for chaos runs only: the wall clock this processor reads is the system's plus the duration in this file (60s, -3s; re-read every 20ms), so that a run can step it")
 	f.IntVar(&o.restorePar, "restore-parallel", 0, "partitions restored from the changelog side by side on an owner with no state for them; 0: as many as the Go runtime's GOMAXPROCS")
-	f.Int64Var(&o.restoreMemory, "restore-memory", fanout.DefaultRestoreMemory, "bytes the restores side by side may hold of the changelog's restore headers (estimated before each; one alone always runs)")
+	f.Int64Var(&o.restoreMemory, "restore-memory", fanout.DefaultRestoreMemory, "bytes the restores side by side may hold of the changelog's restore headers (each takes its estimate before it reads, more while there is room; beyond, it spills them to files in the data dir)")
 	f.BoolVar(&o.handoverReplay, "handover-replay", false, "on a partition this instance has no state for, replay its commands from offset 0 instead of restoring its users from the changelog (slower; for comparisons)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")

@@ -48,17 +48,18 @@ import (
 // A/B of a change), and --profile takes a CPU profile of each restoring
 // processor from its start.
 type handoverOptions struct {
-	brokers   []string
-	processor string
-	baseline  string // a second binary restoring in each round, or ""
-	workDir   string
-	commands  int
-	reps      int
-	replay    bool // a replaying owner in each round
-	timeout   time.Duration
-	keep      bool
-	reuse     string        // the name of kept topics and group, or ""
-	profile   time.Duration // CPU profile of each restore for this long, or 0
+	brokers       []string
+	processor     string
+	baseline      string // a second binary restoring in each round, or ""
+	workDir       string
+	commands      int
+	reps          int
+	replay        bool // a replaying owner in each round
+	timeout       time.Duration
+	keep          bool
+	reuse         string        // the name of kept topics and group, or ""
+	profile       time.Duration // CPU profile of each restore for this long, or 0
+	restoreMemory string        // --restore-memory of every restoring processor, or ""
 }
 
 func handover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -76,6 +77,7 @@ func handover(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.reuse, "reuse", "", "the name (handover-...) of the topics and group a --keep run kept, its --commands written and judged: skip the seed")
 	fs.StringVar(&o.baseline, "baseline", "", "a second processor binary restoring in each round, interleaved with --processor's (path changelog-baseline)")
 	fs.BoolVar(&o.replay, "replay", true, "run a replaying owner in each round")
+	fs.StringVar(&o.restoreMemory, "restore-memory", "", "--restore-memory of every restoring processor (default: theirs)")
 	fs.DurationVar(&o.profile, "profile", 0, "take a CPU profile of each restoring processor for this long from its start (<work-dir>/<run>.cpu.pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -110,6 +112,7 @@ type handoverRun struct {
 	mode     string        // "replay" or "changelog"
 	first    time.Duration // assignment → first forwarded signal read
 	cpu      float64       // the processor's CPU seconds at that moment
+	peakRSS  int64         // the processor's peak resident set (VmHWM) at that moment
 	caughtUp time.Duration // the processor's own: assignment → caught up
 	restore  string        // its restore line's figures, if any
 }
@@ -177,6 +180,8 @@ func (hb *handoverBench) run(ctx context.Context) error {
 			var extra []string
 			if p.mode == "replay" {
 				extra = append(extra, "--handover-replay")
+			} else if o.restoreMemory != "" {
+				extra = append(extra, "--restore-memory", o.restoreMemory)
 			}
 			r, err := hb.take(ctx, fmt.Sprintf("%s-%d", p.mode, rep), p.bin, rep, p.mode != "replay", extra...)
 			if err != nil {
@@ -184,8 +189,8 @@ func (hb *handoverBench) run(ctx context.Context) error {
 			}
 			r.mode = p.mode
 			runs = append(runs, r)
-			hb.printf("%s %d: first signal forwarded %v after the assignment, %.1f CPU-s; caught up in %v%s",
-				p.mode, rep, r.first.Round(time.Millisecond), r.cpu, r.caughtUp, r.restore)
+			hb.printf("%s %d: first signal forwarded %v after the assignment, %.1f CPU-s, peak RSS %d MiB; caught up in %v%s",
+				p.mode, rep, r.first.Round(time.Millisecond), r.cpu, r.peakRSS>>20, r.caughtUp, r.restore)
 		}
 	}
 	hb.report(runs)
@@ -320,6 +325,9 @@ func (hb *handoverBench) take(ctx context.Context, name, bin string, rep int, pr
 	if ticks, err := procCPU(c.pid()); err == nil {
 		r.cpu = ticks.seconds()
 	}
+	if rss, err := procPeakRSS(c.pid()); err == nil {
+		r.peakRSS = rss
+	}
 	select {
 	case at := <-assigned:
 		r.first = seen.Sub(at)
@@ -344,22 +352,24 @@ func (hb *handoverBench) take(ctx context.Context, name, bin string, rep int, pr
 func (hb *handoverBench) report(runs []handoverRun) {
 	fmt.Fprintf(hb.out, "\nempty owner, one partition of %d commands (%d users): assignment → first forwarded signal, %d repetitions\n\n",
 		hb.o.commands, hb.o.commands/2, hb.o.reps)
-	fmt.Fprintln(hb.out, "| path | first forward: median (min–max) | CPU-s of the processor: median (min–max) |")
-	fmt.Fprintln(hb.out, "|---|---:|---:|")
+	fmt.Fprintln(hb.out, "| path | first forward: median (min–max) | CPU-s of the processor: median (min–max) | peak RSS MiB: median (min–max) |")
+	fmt.Fprintln(hb.out, "|---|---:|---:|---:|")
 	for _, mode := range []string{"replay", "changelog", "changelog-baseline"} {
 		var ds []time.Duration
-		var cpus []time.Duration
+		var cpus, rss []time.Duration // rss: bytes, summarized as durations
 		for _, r := range runs {
 			if r.mode == mode {
 				ds = append(ds, r.first)
 				cpus = append(cpus, time.Duration(r.cpu*float64(time.Second)))
+				rss = append(rss, time.Duration(r.peakRSS))
 			}
 		}
 		if len(ds) == 0 {
 			continue
 		}
-		d, c := summarize(ds), summarize(cpus)
-		fmt.Fprintf(hb.out, "| %s | %.2f s (%.2f–%.2f) | %.1f (%.1f–%.1f) |\n", mode,
-			d.P50.Seconds(), d.Min.Seconds(), d.Max.Seconds(), c.P50.Seconds(), c.Min.Seconds(), c.Max.Seconds())
+		d, c, m := summarize(ds), summarize(cpus), summarize(rss)
+		fmt.Fprintf(hb.out, "| %s | %.2f s (%.2f–%.2f) | %.1f (%.1f–%.1f) | %d (%d–%d) |\n", mode,
+			d.P50.Seconds(), d.Min.Seconds(), d.Max.Seconds(), c.P50.Seconds(), c.Min.Seconds(), c.Max.Seconds(),
+			int64(m.P50)>>20, int64(m.Min)>>20, int64(m.Max)>>20)
 	}
 }

@@ -35,6 +35,9 @@ type readRequest struct {
 	note func(string)
 	// progress, if not nil, is told how far the read is.
 	progress *restoreProgress
+	// spill is how much of the restore headers a read with latest holds
+	// and where those beyond go.
+	spill spillTo
 }
 
 type recoveryStats struct{ records, windows int }
@@ -173,7 +176,7 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 		total += end - startOf[p]
 	}
 	q.progress.reading(phaseReadChangelog, total, cr.sizeOf(ctx, topic, slices.Sorted(maps.Keys(want))))
-	v.start(q.latest)
+	v.start(q)
 	if len(want) > 0 {
 		rc := cr.take()
 		defer cr.give(rc)
@@ -225,6 +228,9 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 				done += n - startOf[p]
 			}
 			q.progress.advance(done, rc.fetched.Load()-base)
+			if v.restore != nil && v.restore.failed != nil {
+				break // the restore fails on it: the rest is of no use
+			}
 		}
 		q.progress.reportNow()
 	}
@@ -290,10 +296,11 @@ func (cr *changelogReader) sizeOf(ctx context.Context, topic string, parts []int
 	return total
 }
 
-// done drops what v holds for a restore: no sort outlives it.
+// done drops what v holds for a restore: no sort outlives it, and no
+// spill file.
 func (v *changelogView) done() {
 	if v.restore != nil {
-		v.restore.wait()
+		v.restore.done()
 	}
 }
 
@@ -405,11 +412,11 @@ func (cr *changelogReader) leavers(ctx context.Context, q leaversRequest) ([]uin
 // before it says what it waits for.
 const changelogWaitReport = 10 * time.Second
 
-// start readies v to take records; latest as in windowSource.read.
-func (v *changelogView) start(latest bool) {
+// start readies v to take the records q asks for.
+func (v *changelogView) start(q readRequest) {
 	v.byUser = make(map[uint64]map[uint64]membership.LateLeave)
-	if latest {
-		v.restore = &restoreHeaders{}
+	if q.latest {
+		v.restore = newRestoreHeaders(q.spill)
 	}
 }
 

@@ -120,10 +120,18 @@ type Config struct {
 	// runtime.GOMAXPROCS(0), at most the partition count.
 	RestoreParallel int
 	// RestoreMemory bounds, in bytes, what the restores running side by
-	// side hold of the changelog's restore headers at once, estimated
-	// before each reads from its records to read (restoreBytesPerRecord
-	// each). A restore that would pass it waits for others to finish;
-	// one alone always runs. Default DefaultRestoreMemory.
+	// side hold of the changelog's restore headers at once. Before it
+	// reads, a restore takes of it its estimate (restoreBytesPerRecord
+	// a command judged, at most all of it), waiting while others hold
+	// too much (one alone always runs); as it reads, it takes more while
+	// the bound has room. It never holds more headers than it took,
+	// whatever the changelog's size: when it can take no more, the
+	// headers it holds are spilled, sorted, to temporary files in the
+	// store's directory (removed when the restore ends, or at the next
+	// start), and merged at the end. Add a few MiB of buffers a restore, and what
+	// grows with the partition's users rather than its records (8 bytes
+	// a user and the episodes of the users with any, until the gate
+	// takes them). Default DefaultRestoreMemory.
 	RestoreMemory int64
 
 	// GateSnapshot is the path of the gate snapshot: written when Run ends

@@ -242,6 +242,9 @@
 //     their memory;
 //   - restoreheaders.go: the restore header of a changelog record, and
 //     each user's latest;
+//   - restorespill.go: restore headers beyond a restore's memory,
+//     spilled sorted to files, and the merge that takes each user's
+//     latest;
 //   - rules.go: the rules for one signal (S1 to S5) and one command (C1
 //     to C4), as pure verdicts: where every DLQ reason is decided, but
 //     the broker's refusals (poison.go) and the store's (C7);

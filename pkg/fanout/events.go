@@ -204,12 +204,17 @@ type HandoverInfo struct {
 	// or above From, which are not applied again.
 	Reflected int
 	Windows   int // late-leave windows recovered from every record read
+	// Spilled is the bytes of restore headers written to spill files,
+	// the merges of spill files included: 0 when the restore held them
+	// all in memory (Config.RestoreMemory).
+	Spilled int64
 	// Where the time went, from the start of the restore: reading the
-	// changelog, reading the commands below From for the users who left
-	// (each must have a record), decoding the headers and writing the
-	// table files, ingesting them, setting the gate; Took is all of it and
-	// the windows' recovery.
-	Read, Checked, Written, Ingested, Gated time.Duration
+	// changelog (spills included), merging the headers and decoding them
+	// and writing the table files, reading the commands below From for
+	// the users who left (each must have a record), ingesting the
+	// files, setting the gate; Took is all of it and the windows'
+	// recovery.
+	Read, Written, Checked, Ingested, Gated time.Duration
 	Took                                    time.Duration
 }
 
@@ -230,9 +235,11 @@ func (i HandoverInfo) String() string {
 // them (compressed), of the partitions' size on the brokers.
 type RestoreProgressInfo struct {
 	Partition int32
-	// Phase is what the restore does: reading the changelog, reading the
-	// commands for the users who left, waiting for memory, writing the
-	// users' records, ingesting and setting the gate.
+	// Phase is what the restore does: waiting for memory, reading the
+	// changelog, merging the spilled restore headers (when more files
+	// than a merge reads at once were spilled), writing the users'
+	// records, reading the commands for the users who left, ingesting
+	// and setting the gate.
 	Phase                 string
 	Records, RecordsTotal int64
 	// BytesTotal is -1 when the brokers do not say (DescribeLogDirs
@@ -684,8 +691,8 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 			}
 			l.Info("empty owner: partition's users restored from the changelog", "partition", i.Partition,
 				"users", i.Users, "records", i.Records, "windows", i.Windows, "reflected", i.Reflected,
-				"commands_from", i.From, "read", i.Read.Round(time.Millisecond).String(),
-				"leavers_checked", i.Checked.Round(time.Millisecond).String(), "written", i.Written.Round(time.Millisecond).String(), "ingested", i.Ingested.Round(time.Millisecond).String(),
+				"commands_from", i.From, "spilled_bytes", i.Spilled, "read", i.Read.Round(time.Millisecond).String(),
+				"written", i.Written.Round(time.Millisecond).String(), "leavers_checked", i.Checked.Round(time.Millisecond).String(), "ingested", i.Ingested.Round(time.Millisecond).String(),
 				"gated", i.Gated.Round(time.Millisecond).String(), "took", i.Took.Round(time.Millisecond).String())
 		},
 		RestoreProgress: func(i RestoreProgressInfo) {

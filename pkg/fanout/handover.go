@@ -77,10 +77,11 @@ import (
 // it again. The applier runs the restores of the claims that wait for
 // one side by side, at most Config.RestoreParallel at once (each reads
 // with a reader client of its own and writes on restoreWorkers
-// goroutines), and their headers bounded by Config.RestoreMemory (a
-// restore waits for memory before it reads, not within its read's
-// bound); it
-// applies no partition's commands meanwhile. Different partitions have
+// goroutines), and their headers bounded by Config.RestoreMemory: a
+// restore waits for its estimate before it reads, takes more as it reads
+// while the budget has it, and otherwise spills the headers beyond what
+// it took, sorted, to files of the store's (restorespill.go); it applies
+// no partition's commands meanwhile. Different partitions have
 // different users, so their imports never overlap; each restore's import
 // commit, gate and windows are done one restore at a time (finish).
 
@@ -91,12 +92,16 @@ const restoreWorkers = 2
 // restorePart is one restore worker's range of users and what it made of
 // them.
 type restorePart struct {
-	refs []headerRef // the users' latest headers, in user order
-	ip   *membership.ImportPart
+	users userRange // the users whose latest headers it takes
+	ip    *membership.ImportPart
 
-	// The users with episodes, users[i]'s episodes being
+	// recorded lists every user of the range with a record, ascending;
+	// missing counts those whose latest record has no restore header.
+	recorded []uint64
+	missing  int
+	// The users with episodes, gated[i]'s episodes being
 	// eps[ends[i-1]:ends[i]], for the gate once the import committed.
-	users []uint64
+	gated []uint64
 	ends  []int
 	eps   []gate.Episode
 	// reflected lists the users whose records follow a command at or
@@ -112,57 +117,93 @@ type reflectedUser struct {
 	offset int64
 }
 
-// write decodes p's headers from hs and puts them into p's import part,
-// keeping the episodes and the reflected users; it stops at the first
-// header that does not decode (why), store failure (err), or when ctx
-// ends (why).
+// write takes, from a merge of hs's entries, the latest header of each
+// user of p's range, decodes it and puts it into p's import part,
+// keeping the episodes and the reflected users. After a header that does
+// not decode (why) it puts no more, but goes on listing the users and
+// counting those without a header; it stops at a store failure (err), or
+// when ctx ends (why).
 //
 // parts is the commands' partition count now: a record that follows a
 // command applied under another count reflects no command of this
 // partition's log.
 func (p *restorePart) write(ctx context.Context, hs *restoreHeaders, parts int32, judged int64, withoutIdentities bool) {
+	cs, err := hs.cursors(p.users.from)
+	if err != nil {
+		p.err = err
+		return
+	}
+	defer func() {
+		for _, c := range cs {
+			c.close()
+		}
+	}()
 	var (
 		d    membership.Dump
 		meps []membership.Episode
 	)
-	for i, ref := range p.refs {
-		if i%restoreChunk == 0 && ctx.Err() != nil {
-			p.why = ctx.Err()
-			return
+	errPut := errors.New("a store failure")
+	err = mergeRange(ctx, cs, p.users, func(e *latestHeader) error {
+		p.recorded = append(p.recorded, e.user)
+		if !e.has {
+			p.missing++
+			return nil
 		}
-		follows, raw, err := parseRestoreHeader(hs.header(ref))
+		if p.why != nil {
+			return nil
+		}
+		follows, raw, err := parseRestoreHeader(e.h)
 		if err == nil {
 			err = d.Decode(raw)
 		}
-		if err == nil && d.Member.UserID != ref.user {
-			err = fmt.Errorf("restore header of user %d under a record of user %d", d.Member.UserID, ref.user)
+		if err == nil && d.Member.UserID != e.user {
+			err = fmt.Errorf("restore header of user %d under a record of user %d", d.Member.UserID, e.user)
 		}
 		if err != nil {
 			p.why = err
-			return
+			return nil
 		}
 		if withoutIdentities {
 			d = d.WithoutIdentities()
 		}
 		if err := p.ip.Put(d); err != nil {
 			p.err = err
-			return
+			return errPut
 		}
 		if follows.parts == parts && follows.offset >= judged {
-			p.reflected = append(p.reflected, reflectedUser{ref.user, follows.offset})
+			p.reflected = append(p.reflected, reflectedUser{e.user, follows.offset})
 		}
 		if meps = d.Member.Episodes(meps[:0]); len(meps) > 0 {
-			p.users = append(p.users, ref.user)
+			p.gated = append(p.gated, e.user)
 			p.eps = gateEpisodes(p.eps, meps)
 			p.ends = append(p.ends, len(p.eps))
 		}
+		return nil
+	})
+	switch {
+	case err == nil, errors.Is(err, errPut):
+	case ctx.Err() != nil:
+		p.why = ctx.Err()
+	default:
+		p.err = err // a spill file that could not be read
 	}
+}
+
+// recordedUsers returns the users the parts recorded, ascending (the
+// parts' ranges are), users of them, and drops the parts' lists.
+func recordedUsers(parts []restorePart, users int) []uint64 {
+	all := make([]uint64, 0, users)
+	for i := range parts {
+		all = append(all, parts[i].recorded...)
+		parts[i].recorded = nil
+	}
+	return all
 }
 
 // gate sets p's users' episodes in g.
 func (p *restorePart) gate(g *gate.Map) error {
 	from := 0
-	for i, user := range p.users {
+	for i, user := range p.gated {
 		if err := g.Set(user, p.eps[from:p.ends[i]]); err != nil {
 			return fmt.Errorf("unable to gate user %d: %w", user, err)
 		}
@@ -177,15 +218,16 @@ type leaveScanner interface {
 	leavers(ctx context.Context, q leaversRequest) ([]uint64, error)
 }
 
-// checkLeavers returns why the users refs (in user order, as latest
-// returns them) cannot be c's state: a user with a leave below the judged
-// offset that has no record among them. Such a leave was applied, so its
+// checkLeavers returns why the users recorded (ascending, every user
+// with a record) cannot be c's state: a user with a leave below the
+// judged offset that has no record among them. Such a leave was applied,
+// so its
 // user had a record; a record that is gone was removed by compaction
 // after a tombstone (a record with the user's key and no value, which a
 // purge job or an operator wrote), or deleted. Restored without it, the
 // user would be one who never left. The commands are the source of
 // truth: the partition is replayed instead.
-func (a *restorer) checkLeavers(ctx context.Context, c *claim, refs []headerRef) (why, err error) {
+func (a *restorer) checkLeavers(ctx context.Context, c *claim, recorded []uint64) (why, err error) {
 	sc, ok := a.rec.src.(leaveScanner)
 	if !ok {
 		return nil, nil
@@ -193,10 +235,6 @@ func (a *restorer) checkLeavers(ctx context.Context, c *claim, refs []headerRef)
 	// Only the leaves of users without a record are decoded: most
 	// users have one, and decoding each leave cost more than the
 	// lookup.
-	recorded := make([]uint64, len(refs))
-	for i, ref := range refs {
-		recorded[i] = ref.user
-	}
 	rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
 	defer cancel()
 	users, err := sc.leavers(rctx, leaversRequest{topic: string(a.cfg.Topics.Commands), part: c.partition,
@@ -233,6 +271,9 @@ type restorer struct {
 	// budget bounds the headers the restores side by side hold
 	// (Config.RestoreMemory); nil: no bound (tests).
 	budget *memBudget
+	// spillLimit, when above 0, is the headers a restore holds before
+	// it spills, whatever it took of budget: tests make it tiny.
+	spillLimit int64
 }
 
 // handover restores claim c from the changelog if it can, and otherwise
@@ -278,25 +319,55 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 			"command judged (written by an older version, or the changelog was created again since)"), nil
 	}
 	// The headers a read keeps are bounded across restores side by side:
-	// about one changelog record per command judged.
-	release, err := a.budget.acquire(ctx, c.judgedBelow*restoreBytesPerRecord, func(held int64) {
+	// it takes about one changelog record per command judged before it
+	// reads, more as it reads while the budget has it, and spills those
+	// beyond to files when it has not.
+	n := c.judgedBelow * restoreBytesPerRecord
+	if a.budget != nil {
+		n = min(n, a.budget.capacity)
+	}
+	release, err := a.budget.acquire(ctx, n, func(held int64) {
 		c.progress.setPhase(fmt.Sprintf("waiting for memory: restores side by side hold about %d MiB of "+
 			"their headers, the bound is %d MiB", held>>20, a.budget.capacity>>20))
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for memory to read the changelog: %w", err), nil
 	}
-	defer release() // after view.done below: the headers are dropped first
+	var more int64 // taken of the budget while reading
+	giveBack := sync.OnceFunc(func() {
+		release()
+		if more > 0 {
+			a.budget.give(more)
+		}
+	})
+	defer giveBack() // after view.done below: the headers are dropped first
+	to := spillTo{partition: c.partition}
+	switch {
+	case a.spillLimit > 0:
+		to.limit, to.fs, to.dir = a.spillLimit, a.store.FS(), a.store.TempDir()
+	case a.budget != nil:
+		to.limit, to.fs, to.dir = max(n, 1), a.store.FS(), a.store.TempDir()
+		to.more = func(m int64) bool {
+			if !a.budget.more(m) {
+				return false
+			}
+			more += m
+			return true
+		}
+	}
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
 	view, err := a.rec.src.read(rctx, readRequest{part: c.partition, latest: true, single: c.readSingle, note: c.note,
-		progress: &c.progress})
+		progress: &c.progress, spill: to})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("unable to read the changelog: %w", err), nil
 	}
-	defer view.done() // on every return: no sort outlives the restore, and its memory is given back
+	defer view.done() // on every return: no sort outlives the restore, its memory is given back, its files removed
 	info.Read = time.Since(start)
+	if view.restore.failed != nil {
+		return nil, fmt.Errorf("unable to spill the changelog's restore headers: %w", view.restore.failed)
+	}
 	if view.lossy != nil {
 		return view.lossy, nil
 	}
@@ -304,44 +375,77 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 	if view.restore.err != nil {
 		return view.restore.err, nil
 	}
-	refs, missing := view.restore.latest()
-	if missing > 0 {
-		return fmt.Errorf("%d users' latest changelog records carry no restore header (written by an older "+
-			"version, trimmed to fit with history_omitted, or tombstones)", missing), nil
+	hs := view.restore
+	if err := hs.prepare(ctx, func(done, total int64, finished bool) {
+		switch {
+		case done == 0 && !finished:
+			c.progress.reading(phaseMerge, total, -1)
+		case finished:
+			c.progress.advance(done, 0)
+			c.progress.reportNow()
+		default:
+			c.progress.advance(done, 0)
+		}
+	}); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err(), nil
+		}
+		return nil, fmt.Errorf("unable to merge the changelog's spilled restore headers: %w", err)
 	}
-	checking := time.Now()
-	if why, err := a.checkLeavers(ctx, c, refs); why != nil || err != nil {
-		return why, err
-	}
-	info.Checked = time.Since(checking)
-	// Decoding the headers and writing the tables is most of the work
-	// after the read: each of restoreWorkers goroutines does it for a
-	// range of users, into a part of the import of its own, joined
-	// before the import commits.
+	// Merging the headers, decoding them and writing the tables is most
+	// of the work after the read: each of restoreWorkers goroutines does
+	// it for a range of users, into a part of the import of its own,
+	// joined before the import commits.
 	c.progress.setPhase(phaseWrite)
 	im := a.store.NewImport()
 	defer im.Close()
-	parts := make([]restorePart, max(1, min(restoreWorkers, len(refs)/restoreChunk)))
+	bounds := hs.split(max(1, min(restoreWorkers, hs.n/restoreChunk)))
+	parts := make([]restorePart, len(bounds)+1)
 	var wg sync.WaitGroup
 	for i := range parts {
 		p := &parts[i]
-		p.refs = refs[i*len(refs)/len(parts) : (i+1)*len(refs)/len(parts)]
+		p.users.all = i == len(bounds)
+		if i > 0 {
+			p.users.from = bounds[i-1]
+		}
+		if !p.users.all {
+			p.users.to = bounds[i]
+		}
 		p.ip = im.Part()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.write(ctx, view.restore, a.layoutParts, c.judgedBelow, a.cfg.Testing.UnsafeRestoreWithoutIdentities)
+			p.write(ctx, hs, a.layoutParts, c.judgedBelow, a.cfg.Testing.UnsafeRestoreWithoutIdentities)
 		}()
 	}
 	wg.Wait()
+	missing, users := 0, 0
 	for i := range parts {
 		if p := &parts[i]; p.err != nil {
 			return nil, p.err
-		} else if p.why != nil {
+		}
+		missing += parts[i].missing
+		users += len(parts[i].recorded)
+	}
+	if missing > 0 {
+		return fmt.Errorf("%d users' latest changelog records carry no restore header (written by an older "+
+			"version, trimmed to fit with history_omitted, or tombstones)", missing), nil
+	}
+	for i := range parts {
+		if p := &parts[i]; p.why != nil {
 			return fmt.Errorf("a user's restore header does not decode: %w", p.why), nil
 		}
 	}
-	info.Written = time.Since(start) - info.Read - info.Checked
+	info.Written = time.Since(start) - info.Read
+	// The headers are in the import now: the leavers' check and the gate
+	// go without them, and other restores may take their memory.
+	hs.done()
+	giveBack()
+	checking := time.Now()
+	if why, err := a.checkLeavers(ctx, c, recordedUsers(parts, users)); why != nil || err != nil {
+		return why, err
+	}
+	info.Checked = time.Since(checking)
 	c.progress.setPhase(phaseGate)
 	a.finish.Lock()
 	defer a.finish.Unlock()
@@ -355,7 +459,7 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 	reflected := make(map[uint64]int64)
 	gated := 0
 	for i := range parts {
-		gated += len(parts[i].users)
+		gated += len(parts[i].gated)
 	}
 	a.gate.Grow(gated)
 	for i := range parts {
@@ -373,7 +477,8 @@ func (a *restorer) restore(ctx context.Context, c *claim, end int64, info *Hando
 		return nil, err
 	}
 	c.reflected = reflected
-	info.Users, info.Records, info.Windows, info.Reflected = len(refs), view.stats.records, view.stats.windows, len(reflected)
+	info.Users, info.Records, info.Windows, info.Reflected = users, view.stats.records, view.stats.windows, len(reflected)
+	info.Spilled = hs.spilled()
 	// The signals wait for applied to pass the commands' end, so it
 	// moves only now that the store and the gate hold the users.
 	c.applied.Store(c.judgedBelow)

@@ -70,7 +70,7 @@ func (f *sideBySideChangelog) read(ctx context.Context, q readRequest) (changelo
 		return changelogView{}, ctx.Err()
 	}
 	var v changelogView
-	v.start(true)
+	v.start(q)
 	q.progress.reading(phaseReadChangelog, int64(len(src.recs)), -1)
 	for i, r := range src.recs {
 		if i == len(src.recs)/2 && f.crash[q.part] {

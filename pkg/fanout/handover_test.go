@@ -32,12 +32,11 @@ type fakeChangelog struct {
 }
 
 func (f *fakeChangelog) read(_ context.Context, q readRequest) (changelogView, error) {
-	latest := q.latest
 	var v changelogView
 	if f.err != nil {
 		return v, f.err
 	}
-	v.start(latest)
+	v.start(q)
 	for _, r := range f.recs {
 		user, err := topics.ParseUserID(r.Key)
 		if err != nil {
@@ -387,35 +386,50 @@ func corruptHeader(recs []*kgo.Record, user uint64) []*kgo.Record {
 	return out
 }
 
-// TestRestoreHeadersLatest: over several sorted runs, latest keeps each
-// user's record that follows the latest command (the highest commands
-// count, then offset; read order between equals), header or none, as a
-// map that keeps the greatest would. Records come in random order of the
-// commands they follow: read from several changelog partitions, a user's
-// records are not in the order of its commands.
+// TestRestoreHeadersLatest: over several sorted runs, and over spill
+// files when the headers held are bounded (down to a few records a
+// file, merged in groups), a merge keeps each user's record that follows
+// the latest command (the highest commands count, then offset; read
+// order between equals), header or none, as a map that keeps the greatest
+// would, in user order, and so does each range of users it is split
+// into. The chunks and runs held stay within the limit (but for the
+// smallest of each, or a header larger than it), and the merges of spill
+// files never say they read more entries than their total. Records come in random order of the commands they follow: read
+// from several changelog partitions, a user's records are not in the
+// order of its commands. Done, no spill file is left.
 func TestRestoreHeadersLatest(t *testing.T) {
 	rng := rand.New(rand.NewPCG(16, 41))
 	for _, tc := range []struct {
 		name    string
 		records int
 		users   uint64
+		limit   int64
 	}{
-		{"empty", 0, 1},
-		{"one run", 1000, 300},
-		{"runs and a tail", 3*headerRun + 17, 200_000},
-		{"one user", headerRun + 1, 1},
+		{"empty", 0, 1, 0},
+		{"one run", 1000, 300, 0},
+		{"runs and a tail", 3*headerRun + 17, 200_000, 0},
+		{"one user", headerRun + 1, 1, 0},
+		{"spilled", 20_000, 3000, 64 << 10},
+		{"spilled many times", 5000, 400, 1},
+		{"spilled, one user", 3000, 1, 1},
+		{"spilled, large headers", 300, 50, 8 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var hs restoreHeaders
+			fs := vfs.NewMem()
+			hs := newRestoreHeaders(spillTo{limit: tc.limit, fs: fs, dir: "temp"})
 			type rec struct {
 				h       []byte // nil: no header
 				follows restoreOrder
 			}
 			want := make(map[uint64]rec)
+			largest := 0 // a header larger than the limit is held alone
 			for i := range tc.records {
 				user := rng.Uint64N(tc.users)
 				r := rec{h: []byte(fmt.Sprint("h", i)),
 					follows: restoreOrder{parts: 1 + rng.Int32N(2), offset: rng.Int64N(50)}}
+				if tc.name == "spilled, large headers" {
+					r.h = bytes.Repeat(r.h, 1+rng.IntN(2000))
+				}
 				has := rng.IntN(10) > 0
 				if !has {
 					r.h = nil
@@ -427,32 +441,102 @@ func TestRestoreHeadersLatest(t *testing.T) {
 				if old, ok := want[user]; !ok || r.follows.compare(old.follows) >= 0 {
 					want[user] = r
 				}
-			}
-			refs, missing := hs.latest()
-			if len(refs) != len(want) {
-				t.Fatalf("%d users, want %d", len(refs), len(want))
-			}
-			wantMissing := 0
-			for i, ref := range refs {
-				if i > 0 && refs[i-1].user >= ref.user {
-					t.Fatalf("user %d after user %d", ref.user, refs[i-1].user)
+				largest = max(largest, len(r.h))
+				if tc.limit > 0 && hs.held > max(tc.limit, int64(hs.chunkLen+hs.runLen*headerRefBytes))+int64(largest) {
+					t.Fatalf("record %d: %d bytes held, limit %d", i, hs.held, tc.limit)
 				}
-				wr, ok := want[ref.user]
-				w := wr.h
-				switch {
-				case !ok:
-					t.Fatalf("user %d never read", ref.user)
-				case w == nil:
-					wantMissing++
-					if ref.n >= 0 {
-						t.Fatalf("user %d: header %q, want none", ref.user, hs.header(ref))
+			}
+			if hs.failed != nil {
+				t.Fatal(hs.failed)
+			}
+			files := 0
+			if hs.spill != nil {
+				files = len(hs.spill.runs)
+			}
+			var last struct {
+				done, total int64
+				finished    bool
+			}
+			if err := hs.prepare(context.Background(), func(done, total int64, finished bool) {
+				if done > total || last.finished {
+					t.Errorf("merging: %d entries of %d read (finished before: %v)", done, total, last.finished)
+				}
+				last.done, last.total, last.finished = done, total, finished
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if files > spillFanIn && (!last.finished || last.done == 0) {
+				t.Fatalf("merging: last told %+v, want entries read and the end", last)
+			}
+			if tc.limit > 0 && tc.records > 1000 {
+				if hs.spill.n < 10 || len(hs.spill.runs) > spillFanIn {
+					t.Fatalf("%d spill files written, %d left to merge; want many, at most %d", hs.spill.n, len(hs.spill.runs), spillFanIn)
+				}
+			}
+			check := func(r userRange) (users []uint64) {
+				t.Helper()
+				cs, err := hs.cursors(r.from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					for _, c := range cs {
+						c.close()
 					}
-				case ref.n < 0 || !bytes.Equal(hs.header(ref), w):
-					t.Fatalf("user %d: header %d, want %q", ref.user, ref.n, w)
+				}()
+				missing, wantMissing := 0, 0
+				err = mergeRange(context.Background(), cs, r, func(e *latestHeader) error {
+					if n := len(users); n > 0 && users[n-1] >= e.user {
+						t.Fatalf("user %d after user %d", e.user, users[n-1])
+					}
+					users = append(users, e.user)
+					wr, ok := want[e.user]
+					w := wr.h
+					switch {
+					case !ok:
+						t.Fatalf("user %d never read", e.user)
+					case w == nil:
+						wantMissing++
+						if e.has {
+							t.Fatalf("user %d: header %q, want none", e.user, e.h)
+						}
+					case !e.has || !bytes.Equal(e.h, w):
+						t.Fatalf("user %d: header %q, want %q", e.user, e.h, w)
+					}
+					if !e.has {
+						missing++
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
 				}
+				if missing != wantMissing {
+					t.Fatalf("missing %d, want %d", missing, wantMissing)
+				}
+				return users
 			}
-			if missing != wantMissing {
-				t.Fatalf("missing %d, want %d", missing, wantMissing)
+			if users := check(userRange{all: true}); len(users) != len(want) {
+				t.Fatalf("%d users, want %d", len(users), len(want))
+			}
+			bounds := hs.split(3)
+			var split []uint64
+			for i := 0; i <= len(bounds); i++ {
+				r := userRange{all: i == len(bounds)}
+				if i > 0 {
+					r.from = bounds[i-1]
+				}
+				if !r.all {
+					r.to = bounds[i]
+				}
+				split = append(split, check(r)...)
+			}
+			if len(split) != len(want) {
+				t.Fatalf("%d users in the ranges %v, want %d", len(split), bounds, len(want))
+			}
+			hs.done()
+			if ls, err := fs.List("temp"); err == nil && len(ls) > 0 || hs.spill != nil && hs.spill.made {
+				t.Fatalf("left after done: %v", ls)
 			}
 		})
 	}

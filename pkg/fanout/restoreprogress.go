@@ -13,8 +13,11 @@ import (
 const (
 	phaseReadChangelog = "reading the changelog"
 	phaseCheckLeavers  = "reading the commands for the users who left"
-	phaseWrite         = "writing the users' records"
-	phaseGate          = "ingesting and setting the gate"
+	// phaseMerge: more files of spilled headers than a merge reads at
+	// once, merged into fewer (restorespill.go).
+	phaseMerge = "merging the spilled restore headers"
+	phaseWrite = "writing the users' records"
+	phaseGate  = "ingesting and setting the gate"
 )
 
 // restoreProgressEvery is how often a restore's progress is reported
@@ -190,6 +193,18 @@ func (b *memBudget) acquire(ctx context.Context, n int64, waiting func(held int6
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// more takes n more bytes if b has them now, without waiting: a restore
+// that holds what it took and would hold more (rather than spill).
+func (b *memBudget) more(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.mu.held+n > b.capacity {
+		return false
+	}
+	b.mu.held += n
+	return true
 }
 
 func (b *memBudget) give(n int64) {

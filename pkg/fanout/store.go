@@ -3,6 +3,8 @@ package fanout
 import (
 	"context"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/cohortgate/cohortgate/pkg/membership"
 )
 
@@ -25,6 +27,9 @@ type Store interface {
 	// store that can no longer write.
 	Failed() <-chan struct{}
 	Err() error
+	// FS and TempDir are where a restore spills what it cannot hold.
+	FS() vfs.FS
+	TempDir() string
 }
 
 var _ Store = (*membership.Store)(nil)

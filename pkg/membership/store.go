@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Store is the durable membership state of one processor. See the package
@@ -126,10 +127,25 @@ func (s *Store) open() (err error) {
 	if err != nil {
 		return errors.Join(s.storageErr("open", err), db.Close())
 	}
+	// A caller's temporary files left by a crash are of no use: the
+	// store never holds anything of theirs.
+	if err := s.opts.FS.RemoveAll(s.TempDir()); err != nil {
+		return errors.Join(s.storageErr("open: remove the temporary files", err), db.Close())
+	}
 	s.db = db
 	s.outbox.last.Store(last)
 	return nil
 }
+
+// TempDir returns the directory, in FS, where a caller of the store keeps
+// temporary files that belong with its data (a restore's spilled headers):
+// a subdirectory of the store's, which the caller creates when it needs
+// it. Open removes it with whatever it holds, so that what a crash left
+// there takes no room for long.
+func (s *Store) TempDir() string { return s.opts.FS.PathJoin(s.dir, "temp") }
+
+// FS returns the file system the store lives in (Options.FS).
+func (s *Store) FS() vfs.FS { return s.opts.FS }
 
 // storageErr returns err of op as a *StorageError naming the store's
 // directory.

@@ -663,3 +663,48 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestTempDirEmptiedAtOpen: what a caller left in the store's temporary
+// directory (a restore's spill files, when the process died) is gone
+// when the store opens again, in memory and on disk (where Pebble meets
+// the directory among its files); the store's own data is not.
+func TestTempDirEmptiedAtOpen(t *testing.T) {
+	t.Run("mem", func(t *testing.T) { testTempDirEmptiedAtOpen(t, vfs.NewMem(), "db") })
+	t.Run("disk", func(t *testing.T) { testTempDirEmptiedAtOpen(t, vfs.Default, t.TempDir()) })
+}
+
+func testTempDirEmptiedAtOpen(t *testing.T, fs vfs.FS, dir string) {
+	s, err := Open(dir, &Options{FS: fs, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Leave(7, 100); err != nil {
+		t.Fatal(err)
+	}
+	spill := s.FS().PathJoin(s.TempDir(), "restore-0-1")
+	if err := fs.MkdirAll(spill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.Create(fs.PathJoin(spill, "run-1"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("spilled")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, &Options{FS: fs, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := fs.Stat(s.TempDir()); err == nil {
+		t.Fatalf("%s still there after the store opened again", s.TempDir())
+	}
+	if m, err := s.Member(7); err != nil || m.Status != Left {
+		t.Fatalf("user 7 after the reopen: %+v, %v", m, err)
+	}
+}
