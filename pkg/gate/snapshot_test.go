@@ -9,7 +9,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 )
 
 // seededMap returns an empty Map whose table has a fixed seed, so that
@@ -365,3 +367,144 @@ func resealed(data []byte) []byte {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// stallWriter holds its first Write until release is closed, having
+// closed stalled; it keeps what is written.
+type stallWriter struct {
+	buf      bytes.Buffer
+	once     sync.Once
+	stalled  chan struct{}
+	release  chan struct{}
+	released sync.Once
+}
+
+func newStallWriter() *stallWriter {
+	return &stallWriter{stalled: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() {
+		close(w.stalled)
+		<-w.release
+	})
+	return w.buf.Write(p)
+}
+
+func (w *stallWriter) unstall() { w.released.Do(func() { close(w.release) }) }
+
+// TestSaveDoesNotHoldWriters: while Save's writer is stuck (a slow disk),
+// Sets complete, including ones that replace histories, clear users and
+// rebuild the table; the snapshot is the Map as it was when Save began.
+func TestSaveDoesNotHoldWriters(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	m, want := randomMap(rng, 20_000)
+	wantLen := m.Len()
+	before := save(t, m, "L")
+
+	w := newStallWriter()
+	defer w.unstall()
+	saved := make(chan error, 1)
+	go func() {
+		_, err := m.Save(w, []byte("L"))
+		saved <- err
+	}()
+	select {
+	case <-w.stalled:
+	case err := <-saved:
+		t.Fatalf("Save returned %v without writing", err)
+	case <-time.After(time.Minute):
+		t.Fatal("Save did not write")
+	}
+
+	setsDone := make(chan error, 1)
+	go func() {
+		for u, eps := range want { // replace every user's episodes
+			next := []Episode{{7, 8}, {9, OpenEnd}}
+			if len(eps) > 0 {
+				next = nil
+			}
+			if err := m.Set(u, next); err != nil {
+				setsDone <- err
+				return
+			}
+		}
+		for i := range uint64(50_000) { // new users, past a rebuild
+			if err := m.Set(1<<50+i, []Episode{{i, OpenEnd}}); err != nil {
+				setsDone <- err
+				return
+			}
+		}
+		setsDone <- nil
+	}()
+	select {
+	case err := <-setsDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Set waited for Save's writer")
+	}
+	w.unstall()
+	if err := <-saved; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w.buf.Bytes(), before) {
+		t.Fatal("the snapshot differs from the Map when Save began")
+	}
+	got := New()
+	if err := load(got, w.buf.Bytes(), nil); err != nil {
+		t.Fatal(err)
+	}
+	sameGate(t, got, want, wantLen)
+}
+
+// TestSaveWhileGrowing saves while another goroutine adds users, so that
+// the table is often rebuilt between Save's allocation and its copy: each
+// snapshot loads, and holds a prefix of the users added, in order.
+func TestSaveWhileGrowing(t *testing.T) {
+	for _, tries := range []int{3, 1} { // 1: always allocates under the mutex
+		t.Run("tries="+itoa(tries), func(t *testing.T) {
+			defer func(old int) { freezeTries = old }(freezeTries)
+			freezeTries = tries
+			saveWhileGrowing(t)
+		})
+	}
+}
+
+func saveWhileGrowing(t *testing.T) {
+	m := New()
+	const users = 200_000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range uint64(users) {
+			eps := []Episode{{i, OpenEnd}}
+			if i%2 == 0 {
+				eps = []Episode{{0, i}, {i, OpenEnd}}
+			}
+			if err := m.Set(i, eps); err != nil {
+				panic(err)
+			}
+		}
+	}()
+	for saves := 0; ; saves++ {
+		var buf bytes.Buffer
+		if _, err := m.Save(&buf, nil); err != nil {
+			t.Fatal(err)
+		}
+		got := New()
+		if err := load(got, buf.Bytes(), nil); err != nil {
+			t.Fatalf("save %d: %v", saves, err)
+		}
+		n := uint64(got.Len())
+		if n > 0 && (got.Allows(n-1, n-1) || !got.Allows(n, n)) {
+			t.Fatalf("save %d of %d users: not the first %d added", saves, n, n)
+		}
+		select {
+		case <-done:
+			t.Logf("%d saves", saves+1)
+			return
+		default:
+		}
+	}
+}
