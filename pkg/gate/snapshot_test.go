@@ -473,11 +473,16 @@ func TestSaveWhileGrowing(t *testing.T) {
 
 func saveWhileGrowing(t *testing.T) {
 	m := New()
-	const users = 200_000
-	done := make(chan struct{})
+	const users, saves = 30_000, 10
+	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := range uint64(users) {
+			select {
+			case <-stop:
+				return
+			default:
+			}
 			eps := []Episode{{i, OpenEnd}}
 			if i%2 == 0 {
 				eps = []Episode{{0, i}, {i, OpenEnd}}
@@ -487,24 +492,90 @@ func saveWhileGrowing(t *testing.T) {
 			}
 		}
 	}()
-	for saves := 0; ; saves++ {
+	defer func() { close(stop); <-done }()
+	for i := range saves {
 		var buf bytes.Buffer
 		if _, err := m.Save(&buf, nil); err != nil {
 			t.Fatal(err)
 		}
 		got := New()
 		if err := load(got, buf.Bytes(), nil); err != nil {
-			t.Fatalf("save %d: %v", saves, err)
+			t.Fatalf("save %d: %v", i, err)
 		}
 		n := uint64(got.Len())
 		if n > 0 && (got.Allows(n-1, n-1) || !got.Allows(n, n)) {
-			t.Fatalf("save %d of %d users: not the first %d added", saves, n, n)
-		}
-		select {
-		case <-done:
-			t.Logf("%d saves", saves+1)
-			return
-		default:
+			t.Fatalf("save %d of %d users: not the first %d added", i, n, n)
 		}
 	}
+}
+
+// TestSnapshotCheckSpans: Load checks the table in spans, each run of
+// occupied slots whole by the span holding the empty slot before it, also
+// when the run crosses into the next spans or wraps around the end. With
+// spans of a few slots, Load accepts what it accepts checking the table as
+// one span, and refuses what it refuses: a bit of each byte of the slots
+// flipped, and every two neighbouring slots swapped, checksums
+// recomputed.
+func TestSnapshotCheckSpans(t *testing.T) {
+	defer func(old int) { checkSpan = old }(checkSpan)
+	loadWith := func(span int, b []byte) error {
+		checkSpan = span
+		return load(New(), b, nil)
+	}
+	for _, users := range []int{1, 47, 48, 1000} {
+		m, want := randomMap(rand.New(rand.NewPCG(uint64(users), 9)), users)
+		b := save(t, m, "")
+		for _, span := range []int{1, 2, 3, 8, 64} {
+			checkSpan = span
+			got := New()
+			if err := load(got, b, nil); err != nil {
+				t.Fatalf("%d users, spans of %d: %v", users, span, err)
+			}
+			sameGate(t, got, want, m.Len())
+		}
+	}
+
+	// 40 users in 64 slots: long runs, some across span boundaries.
+	m := seededMap(64, 11)
+	for u := range uint64(40) {
+		eps := []Episode{{u, OpenEnd}}
+		if u%5 == 0 {
+			eps = []Episode{{0, u}, {u + 1, OpenEnd}}
+		}
+		if err := m.Set(u, eps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := save(t, m, "")
+	bodyAt := headerLen + 4
+	var variants [][]byte
+	for i := range 64 * 16 {
+		c := slices.Clone(good)
+		c[bodyAt+i] ^= 1 << (i % 8)
+		variants = append(variants, c)
+	}
+	for i := range 64 {
+		c := slices.Clone(good)
+		at, next := bodyAt+16*i, bodyAt+16*((i+1)%64)
+		var tmp [16]byte
+		copy(tmp[:], c[at:at+16])
+		copy(c[at:at+16], c[next:next+16])
+		copy(c[next:next+16], tmp[:])
+		variants = append(variants, c)
+	}
+	refused := 0
+	for i, c := range variants {
+		reseal(c)
+		whole := loadWith(1<<16, c)
+		for _, span := range []int{1, 3, 8} {
+			err := loadWith(span, c)
+			if (err == nil) != (whole == nil) || (err != nil && !errors.Is(err, ErrBadSnapshot)) {
+				t.Fatalf("variant %d, spans of %d: %v; as one span: %v", i, span, err, whole)
+			}
+		}
+		if whole != nil {
+			refused++
+		}
+	}
+	t.Logf("%d of %d variants refused", refused, len(variants))
 }
