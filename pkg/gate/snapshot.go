@@ -130,79 +130,45 @@ func (h *snapshotHeader) size() int64 {
 }
 
 // Save writes a snapshot of the Map to w with label, the caller's account
-// of what the Map reflects (at most 1 MiB), and returns the bytes written.
-// The snapshot is the Map at one moment while Save runs: Save copies the
-// table's slots and filter, and the pointers to the histories (which are
-// never modified once stored), while holding the writers' mutex, then
-// encodes and writes the copy with the mutex released. So Set waits only
-// for the copy (about 0.1 s per GiB of table), not for w; readers never
-// wait. The copy is the cost: for the duration of Save, memory as large
-// as the table without its histories ([Map.MemoryBytes] less the
-// histories; 2.1 GiB at 2^27 slots) plus 8 bytes per history. On Linux it
-// is mapped outside the Go heap, faulted in before the mutex is taken and
-// returned to the system when Save returns. The snapshot is as large as
-// the table ([Map.MemoryBytes]).
+// of what the Map reflects (at most 1 MiB), and returns the bytes written:
+// [Map.Snapshot], then [Snapshot.Save] and [Snapshot.Release]. The
+// snapshot is the Map at one moment while Save runs; Set waits only for
+// the copy Snapshot takes, not for w, and readers never wait. The
+// snapshot is as large as the table ([Map.MemoryBytes]).
 func (m *Map) Save(w io.Writer, label []byte) (int64, error) {
 	if len(label) > maxLabel {
 		return 0, fmt.Errorf("gate: snapshot label of %d bytes, more than %d", len(label), maxLabel)
 	}
-	f := m.freeze()
-	defer f.release()
-	h := f.h
-	h.labelLen = uint32(len(label))
-	for _, hist := range f.hists {
-		h.episodes += uint64(len(hist.eps))
-	}
-	sw := &sumWriter{w: w}
-	var hb [headerLen]byte
-	h.encode(&hb)
-	sw.write(hb[:])
-	sw.write(label)
-	sw.writeSum()
-
-	sw.writeWords(f.words) // the slots, then the filter
-	var eb [16]byte
-	for _, hist := range f.hists {
-		binary.LittleEndian.PutUint32(eb[:4], uint32(len(hist.eps)))
-		sw.write(eb[:4])
-		for _, e := range hist.eps {
-			binary.LittleEndian.PutUint64(eb[0:], e.LeftAtNs)
-			binary.LittleEndian.PutUint64(eb[8:], e.RejoinedAtNs)
-			sw.write(eb[:])
-		}
-	}
-	sw.writeSum()
-	if sw.err != nil {
-		return sw.n, fmt.Errorf("gate: unable to write snapshot: %w", sw.err)
-	}
-	return sw.n, nil
+	s := m.Snapshot()
+	defer s.Release()
+	return s.Save(w, label)
 }
 
-// freezeTries is how often freeze allocates before taking the mutex;
-// a variable for the tests.
-var freezeTries = 3
-
-// frozen is a copy of a Map's state taken under its mutex: what Save
-// writes.
-type frozen struct {
+// Snapshot is a copy of a Map's state at one moment, to be written with
+// Save; its memory is freed by Release.
+type Snapshot struct {
 	h       snapshotHeader // without the label length and episode count
 	words   []uint64       // the slots' words, then the filter's
 	hists   []*history     // the histories, by overflow index
 	release func()         // frees words
 }
 
-// freeze copies the Map's state. The copy's memory is allocated and
-// faulted in before the mutex is taken, for the table as it is then; if
-// the table is replaced in between (a rebuild), it tries again, and after
-// freezeTries tries allocates under the mutex.
-func (m *Map) freeze() frozen {
-	tries := freezeTries
+// Snapshot copies the Map's state: the table's slots and filter, and the
+// pointers to the histories (which are never modified once stored), while
+// holding the writers' mutex. Set waits for the copy (about 0.1-0.2 s per
+// GiB of table), readers do not. The copy is the cost: until Release,
+// memory as large as the table without its histories (17 bytes a slot:
+// 2.1 GiB at 2^27 slots, the table of 100M members) plus 8 bytes per
+// history. On Linux it is mapped outside the Go heap, faulted in before
+// the mutex is taken, and returned to the system by Release.
+func (m *Map) Snapshot() *Snapshot {
+	tries := snapshotTries
 	for try := 1; ; try++ {
 		nslots, nlists := minSlots, 0
 		if t := m.table.Load(); t != nil {
 			nslots, nlists = len(t.slots), len(t.ovf.Load().lists)
 		}
-		var f frozen
+		f := &Snapshot{}
 		if try < tries {
 			f.words, f.release = allocWords(2*nslots + nslots/slotsPerFilterWord)
 			f.hists = make([]*history, nlists)
@@ -241,6 +207,66 @@ func (m *Map) freeze() frozen {
 		return f
 	}
 }
+
+// Len returns the number of users with at least one episode in the
+// snapshot.
+func (s *Snapshot) Len() int { return int(s.h.members) }
+
+// Release frees the snapshot's memory; Save must not be called after it.
+// Release may be called more than once.
+func (s *Snapshot) Release() {
+	if s.release != nil {
+		s.release()
+	}
+	s.release, s.words, s.hists = nil, nil, nil
+}
+
+// Save writes the snapshot to w with label, the caller's account of what
+// the Map reflected when the snapshot was taken (at most 1 MiB), and
+// returns the bytes written, in the format [Map.Load] reads. It changes
+// nothing and may run on any goroutine, while the Map takes Sets.
+func (s *Snapshot) Save(w io.Writer, label []byte) (int64, error) {
+	if len(label) > maxLabel {
+		return 0, fmt.Errorf("gate: snapshot label of %d bytes, more than %d", len(label), maxLabel)
+	}
+	if s.words == nil {
+		return 0, errors.New("gate: snapshot saved after its release")
+	}
+	h := s.h
+	h.labelLen = uint32(len(label))
+	for _, hist := range s.hists {
+		h.episodes += uint64(len(hist.eps))
+	}
+	sw := &sumWriter{w: w}
+	var hb [headerLen]byte
+	h.encode(&hb)
+	sw.write(hb[:])
+	sw.write(label)
+	sw.writeSum()
+
+	sw.writeWords(s.words) // the slots, then the filter
+	var eb [16]byte
+	for _, hist := range s.hists {
+		binary.LittleEndian.PutUint32(eb[:4], uint32(len(hist.eps)))
+		sw.write(eb[:4])
+		for _, e := range hist.eps {
+			binary.LittleEndian.PutUint64(eb[0:], e.LeftAtNs)
+			binary.LittleEndian.PutUint64(eb[8:], e.RejoinedAtNs)
+			sw.write(eb[:])
+		}
+	}
+	sw.writeSum()
+	if sw.err != nil {
+		return sw.n, fmt.Errorf("gate: unable to write snapshot: %w", sw.err)
+	}
+	return sw.n, nil
+}
+
+// snapshotTries is how often Snapshot allocates before taking the mutex,
+// for the table as it is then: if a rebuild replaces the table in
+// between, it tries again, and at the last try allocates under the mutex.
+// A variable for the tests.
+var snapshotTries = 3
 
 // Load replaces the Map's contents with the snapshot read from r, which
 // must be size bytes long. Once the header is read and checked, accept

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -464,8 +465,8 @@ func TestSaveDoesNotHoldWriters(t *testing.T) {
 func TestSaveWhileGrowing(t *testing.T) {
 	for _, tries := range []int{3, 1} { // 1: always allocates under the mutex
 		t.Run("tries="+itoa(tries), func(t *testing.T) {
-			defer func(old int) { freezeTries = old }(freezeTries)
-			freezeTries = tries
+			defer func(old int) { snapshotTries = old }(snapshotTries)
+			snapshotTries = tries
 			saveWhileGrowing(t)
 		})
 	}
@@ -578,4 +579,32 @@ func TestSnapshotCheckSpans(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d variants refused", refused, len(variants))
+}
+
+// TestSnapshotIsItsMoment: a Snapshot saves the Map as it was when taken,
+// whatever was set since, and cannot be saved once released.
+func TestSnapshotIsItsMoment(t *testing.T) {
+	m, _ := randomMap(rand.New(rand.NewPCG(8, 8)), 3000)
+	before := save(t, m, "L")
+	s := m.Snapshot()
+	if s.Len() != m.Len() {
+		t.Fatalf("Len %d, the Map's %d", s.Len(), m.Len())
+	}
+	for i := range uint64(10_000) {
+		if err := m.Set(i, []Episode{{1, 2}, {i + 3, OpenEnd}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := s.Save(&buf, []byte("L")); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), before) {
+		t.Fatal("the snapshot saved other bytes than the Map when taken")
+	}
+	s.Release()
+	s.Release()
+	if _, err := s.Save(io.Discard, nil); err == nil {
+		t.Fatal("a released snapshot saved")
+	}
 }
