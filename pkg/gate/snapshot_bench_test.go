@@ -2,8 +2,10 @@ package gate
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -21,7 +23,13 @@ import (
 // and checksum, no disk) and the longest a Set made
 // meanwhile waited (set-wait-ms): a goroutine sets one member again every
 // 100µs while Save runs, so set-wait-ms is how long Save kept the writers
-// out. op=load reports Load's wall time (load-ms) at the -cpu given.
+// out. op=load reports Load's wall time (load-ms) at the -cpu given, and
+// the process's CPU time meanwhile (load-cpu-ms), which a shared machine
+// disturbs less.
+//
+// With GATE_BENCH_FIXTURES set to a directory, the snapshot of each size
+// is kept there and later runs load it instead of building the Map again
+// (minutes at 30M on a loaded machine).
 func BenchmarkSnapshot(b *testing.B) {
 	b.Logf("load average: %s", loadAverage())
 	for _, size := range []struct {
@@ -40,17 +48,18 @@ func BenchmarkSnapshot(b *testing.B) {
 				b.ReportMetric(float64(wait.Microseconds())/1000, "set-wait-ms")
 			})
 			b.Run("op=load", func(b *testing.B) {
-				var elapsed time.Duration
+				var elapsed, cpu time.Duration
 				for range b.N {
 					b.StopTimer()
 					got := New()
 					runtime.GC()
 					b.StartTimer()
-					start := time.Now()
+					start, cpu0 := time.Now(), cpuTime()
 					if err := got.Load(bytes.NewReader(snap), int64(len(snap)), nil); err != nil {
 						b.Fatal(err)
 					}
 					elapsed += time.Since(start)
+					cpu += cpuTime() - cpu0
 					b.StopTimer()
 					if got.Len() != size.n {
 						b.Fatalf("loaded %d members, saved %d", got.Len(), size.n)
@@ -58,6 +67,7 @@ func BenchmarkSnapshot(b *testing.B) {
 					b.StartTimer()
 				}
 				b.ReportMetric(float64(elapsed.Milliseconds())/float64(b.N), "load-ms")
+				b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "load-cpu-ms")
 			})
 		})
 	}
@@ -114,6 +124,19 @@ func snapshotFixture(b *testing.B, n int) (*Map, []byte) {
 	snapFixture.m, snapFixture.snap = nil, nil
 	runtime.GC()
 	start := time.Now()
+	var path string
+	if dir := os.Getenv("GATE_BENCH_FIXTURES"); dir != "" {
+		path = filepath.Join(dir, fmt.Sprintf("gate-bench-%d.snapshot", n))
+		if snap, err := os.ReadFile(path); err == nil {
+			m := New()
+			if err := m.Load(bytes.NewReader(snap), int64(len(snap)), nil); err != nil {
+				b.Fatalf("%s: %v", path, err)
+			}
+			b.Logf("%d members and their snapshot read from %s in %v", n, path, time.Since(start).Round(time.Millisecond))
+			snapFixture.n, snapFixture.m, snapFixture.snap = n, m, snap
+			return m, snap
+		}
+	}
 	m := New(Capacity(n))
 	ids := memberIDs(n)
 	one, two := make([]Episode, 1), make([]Episode, 2)
@@ -137,6 +160,11 @@ func snapshotFixture(b *testing.B, n int) (*Map, []byte) {
 	b.Logf("%d members (%d MiB of table) and their snapshot (%d MiB) built in %v",
 		n, m.MemoryBytes()>>20, buf.Len()>>20, time.Since(start).Round(time.Millisecond))
 	snapFixture.n, snapFixture.m, snapFixture.snap = n, m, buf.Bytes()
+	if path != "" {
+		if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
 	benchMu.Lock()
 	delete(benchIDs, n) // the ids are not needed again
 	benchMu.Unlock()
