@@ -76,7 +76,10 @@ type applier struct {
 	snapDirty bool
 	// snapWriting is closed once the snapshot write under way, on a
 	// goroutine of its own, has ended; nil if none was started.
-	snapWriting chan struct{}
+	// snapPrepared is closed once the memory of the next snapshot's copy
+	// is prepared (gate.Map.PrepareSnapshot), by a goroutine of its own;
+	// nil if none is being prepared.
+	snapWriting, snapPrepared chan struct{}
 	// gateAhead is set while the gate holds a batch the store has not
 	// committed (updateGate runs before the commit): a gate snapshot taken
 	// then would not equal the store. Owned by the applier's goroutine.
@@ -134,6 +137,9 @@ func (a *applier) run(ctx context.Context) error {
 		// The snapshot at the stop must not race it: it would remove its
 		// temporary file, or be renamed over by it.
 		<-a.snapWriting
+	}
+	if a.snapPrepared != nil {
+		<-a.snapPrepared // the snapshot at the stop takes what it prepared
 	}
 	if serr := stop(); serr != nil {
 		return serr
@@ -208,10 +214,10 @@ func (a *applier) applyAll(ctx context.Context) error {
 // ahead of what is synced, so the label is lowered to the claims' applied
 // offsets (see snapshot.go). Commands wait while the gate is copied (the
 // gate takes no Set meanwhile: about 0.1-0.2 s per GiB of its table), not
-// while the copy is written, which a goroutine of its own does. A write
-// still under way when the next is due puts the next off by an interval;
-// a failure is reported and retried an interval later; the previous
-// snapshot stays.
+// while the copy's memory is prepared nor while the copy is written,
+// which goroutines of their own do. A write still under way when the next
+// is due puts the next off by an interval; a failure is reported and
+// retried an interval later; the previous snapshot stays.
 func (a *applier) snapshotDue() {
 	every := a.cfg.GateSnapshotInterval
 	if a.snap.path == "" || every <= 0 || a.gateAhead || !a.snapDirty {
@@ -224,16 +230,34 @@ func (a *applier) snapshotDue() {
 	if time.Since(a.lastSnap) < every {
 		return
 	}
-	a.lastSnap = time.Now()
 	if a.snapWriting != nil {
 		select {
 		case <-a.snapWriting:
 			a.snapWriting = nil
 		default:
+			a.lastSnap = time.Now()
 			return // the last one is still being written
 		}
 	}
-	a.snapDirty = false
+	// The copy's memory is faulted in off this goroutine first (it can
+	// take longer than the copy); the snapshot is taken at the first batch
+	// boundary after.
+	if a.snapPrepared == nil {
+		done := make(chan struct{})
+		a.snapPrepared = done
+		go func() {
+			defer close(done)
+			a.gate.PrepareSnapshot()
+		}()
+		return
+	}
+	select {
+	case <-a.snapPrepared:
+		a.snapPrepared = nil
+	default:
+		return
+	}
+	a.lastSnap, a.snapDirty = time.Now(), false
 	f, info, err := a.snap.freeze(a.store, a.gate, func(cps map[int32]int64) {
 		for _, c := range a.claims.all() {
 			if o, ok := cps[c.partition]; ok {
@@ -266,6 +290,10 @@ func (a *applier) snapshotWait() time.Duration {
 	every := a.cfg.GateSnapshotInterval
 	if a.snap.path == "" || every <= 0 || !a.snapDirty || a.lastSnap.IsZero() {
 		return 0
+	}
+	if a.snapPrepared != nil {
+		// Check on the memory being prepared now and then, not in a loop.
+		return max(every-time.Since(a.lastSnap), 20*time.Millisecond)
 	}
 	return max(every-time.Since(a.lastSnap), time.Millisecond)
 }

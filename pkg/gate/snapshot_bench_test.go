@@ -178,3 +178,33 @@ func loadAverage() string {
 	}
 	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
+
+// BenchmarkSnapshotCopy measures what a processor's snapshot written while
+// running costs its commands: PrepareSnapshot faulting in the copy's
+// memory (prepare-ms; off the commands' goroutine), then Snapshot copying
+// the table into it (copy-ms; the commands wait for it), on the fixtures
+// of BenchmarkSnapshot.
+//
+//	go test -run '^$' -bench SnapshotCopy -benchtime 3x ./pkg/gate
+func BenchmarkSnapshotCopy(b *testing.B) {
+	b.Logf("load average: %s", loadAverage())
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"10M", 10_000_000}, {"30M", 30_000_000}} {
+		b.Run("members="+size.name, func(b *testing.B) {
+			m, _ := snapshotFixture(b, size.n)
+			var prepare, cp time.Duration
+			for range b.N {
+				start := time.Now()
+				m.PrepareSnapshot()
+				mid := time.Now()
+				s := m.Snapshot()
+				prepare, cp = prepare+mid.Sub(start), cp+time.Since(mid)
+				s.Release()
+			}
+			b.ReportMetric(float64(prepare.Microseconds())/1000/float64(b.N), "prepare-ms")
+			b.ReportMetric(float64(cp.Microseconds())/1000/float64(b.N), "copy-ms")
+		})
+	}
+}

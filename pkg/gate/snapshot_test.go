@@ -608,3 +608,67 @@ func TestSnapshotIsItsMoment(t *testing.T) {
 		t.Fatal("a released snapshot saved")
 	}
 }
+
+// TestPrepareSnapshot: a Snapshot after PrepareSnapshot copies into the
+// memory prepared, if the table kept its size, and saves the same bytes
+// either way; a prepared memory of another size is dropped.
+func TestPrepareSnapshot(t *testing.T) {
+	m, _ := randomMap(rand.New(rand.NewPCG(6, 6)), 5000)
+	before := save(t, m, "L")
+	saveSnapshot := func() []byte {
+		t.Helper()
+		s := m.Snapshot()
+		defer s.Release()
+		var buf bytes.Buffer
+		if _, err := s.Save(&buf, []byte("L")); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+
+	m.PrepareSnapshot()
+	prepared := m.spare.words
+	m.PrepareSnapshot() // the same size: kept
+	if len(prepared) == 0 || &m.spare.words[0] != &prepared[0] {
+		t.Fatal("a second PrepareSnapshot replaced the memory prepared")
+	}
+	s := m.Snapshot()
+	if &s.words[0] != &prepared[0] || m.spare.words != nil {
+		t.Fatal("Snapshot did not take the memory prepared")
+	}
+	var buf bytes.Buffer
+	if _, err := s.Save(&buf, []byte("L")); err != nil {
+		t.Fatal(err)
+	}
+	s.Release()
+	if !bytes.Equal(buf.Bytes(), before) {
+		t.Fatal("a snapshot into prepared memory saved other bytes")
+	}
+
+	// Prepared, then the table grows: the memory is dropped.
+	done := make(chan error, 1)
+	go func() { // Sets meanwhile, under -race
+		for i := range uint64(20_000) {
+			if err := m.Set(1<<45+i, []Episode{{i, OpenEnd}}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	m.PrepareSnapshot()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	after := saveSnapshot()
+	got := New()
+	if err := load(got, after, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != m.Len() {
+		t.Fatalf("loaded %d members, the Map has %d", got.Len(), m.Len())
+	}
+	if m.spare.words != nil {
+		t.Fatal("memory left prepared after the Snapshot")
+	}
+}
