@@ -213,7 +213,7 @@ func (a *applier) applyAll(ctx context.Context) error {
 // two batches, the gate equals the store's visible state, which may run
 // ahead of what is synced, so the label is lowered to the claims' applied
 // offsets (see snapshot.go). Commands wait while the gate is copied (the
-// gate takes no Set meanwhile: about 0.1-0.2 s per GiB of its table), not
+// gate takes no Set meanwhile: about 0.3-0.6 s per GiB of its table), not
 // while the copy's memory is prepared nor while the copy is written,
 // which goroutines of their own do. A write still under way when the next
 // is due puts the next off by an interval; a failure is reported and

@@ -155,12 +155,13 @@ type Snapshot struct {
 
 // Snapshot copies the Map's state: the table's slots and filter, and the
 // pointers to the histories (which are never modified once stored), while
-// holding the writers' mutex. Set waits for the copy (about 0.1-0.2 s per
-// GiB of table), readers do not. The copy is the cost: until Release,
-// memory as large as the table without its histories (17 bytes a slot:
-// 2.1 GiB at 2^27 slots, the table of 100M members) plus 8 bytes per
-// history. On Linux it is mapped outside the Go heap, faulted in before
-// the mutex is taken, and returned to the system by Release.
+// holding the writers' mutex. Set waits for the copy (0.3-0.6 s per GiB of
+// table on a shared 2-core machine at load 10), readers do not. The copy
+// is the cost: until Release, memory as large as the table without its
+// histories (17 bytes a slot: 2.1 GiB at 2^27 slots, the table of 100M
+// members) plus 8 bytes per history. On Linux it is mapped outside the Go
+// heap, faulted in before the mutex is taken (or beforehand, by
+// PrepareSnapshot), and returned to the system by Release.
 func (m *Map) Snapshot() *Snapshot {
 	tries := snapshotTries
 	for try := 1; ; try++ {
