@@ -457,3 +457,61 @@ func snapshotLabel(t *testing.T, fs vfs.FS, path string) map[int32]int64 {
 	}
 	return out
 }
+
+// TestCommandsAppliedDuringSnapshotWrite: a gate snapshot written while
+// running does not hold the commands while it is written (a slow disk):
+// a leave sent while the writer waits is applied, and the write, once it
+// goes on, ends. The applier wrote the snapshot itself, between two
+// batches, and applied nothing until the write had ended.
+func TestCommandsAppliedDuringSnapshotWrite(t *testing.T) {
+	e := newEnv(t, 2)
+	mem := vfs.NewMem()
+	if err := mem.MkdirAll("/data", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fs := newPauseFS(mem, "half written")
+	cfg := e.config()
+	cfg.GateSnapshot = "/data/gate.snapshot"
+	cfg.GateSnapshotInterval = 100 * time.Millisecond
+	cfg.Testing.SnapshotFS = fs
+	var ev restarts
+	ev.listen(&cfg)
+	pr := e.start(t.TempDir(), cfg)
+	t.Cleanup(fs.unpause) // before the stop (cleanups run last first)
+	pr.waitReady(t, 2)
+
+	t0 := base()
+	fs.armed.Store(true)
+	e.command(topics.Leave, 1, t0)
+	eventually(t, 30*time.Second, func() error {
+		select {
+		case <-fs.paused:
+			return nil
+		default:
+			return errors.New("no gate snapshot write under way yet")
+		}
+	})
+	e.command(topics.Leave, 2, t0)
+	eventually(t, 30*time.Second, func() error {
+		m, err := pr.Member(2)
+		if err != nil {
+			return err
+		}
+		if m.LeftAtNs == nil {
+			return errors.New("the leave sent during the snapshot write is not applied")
+		}
+		return nil
+	})
+	fs.unpause()
+	if err := pr.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	for _, s := range ev.saved {
+		if s.Running && errors.Is(s.Err, errKilled) {
+			return
+		}
+	}
+	t.Fatalf("the stalled write did not end: %v", ev.saved)
+}

@@ -182,7 +182,7 @@ func defineRun(f *flags, o *runOptions, embedded bool) {
 	f.DurationVar(&o.alignInterval, "align-interval", fanout.DefaultAlignInterval, "how often the commands topic's end offsets are observed")
 	f.DurationVar(&o.commitInterval, "commit-interval", fanout.DefaultCommitInterval, "how long a transaction collects records")
 	f.DurationVar(&o.snapEvery, "gate-snapshot-interval", time.Minute, "how often, at most, the gate snapshot is also written while running "+
-		"(when commands were applied since), so that a start after a crash loads it instead of scanning the store; commands wait while it is written; 0: only at a clean stop")
+		"(when commands were applied since), so that a start after a crash loads it instead of scanning the store; commands wait while the gate is copied for it (the copy, as large as the gate's table, is held until written); 0: only at a clean stop")
 	f.Int64Var(&o.holdMaxBytes, "hold-max-bytes", fanout.DefaultHoldMaxBytes, "bytes of signals held per partition before its fetching pauses")
 	f.DurationVar(&o.sessionTimeout, "session-timeout", 45*time.Second, "consumer group session timeout: how long a silent instance keeps its partitions")
 	f.DurationVar(&o.stallTimeout, "stall-timeout", fanout.DefaultStallTimeout, "how long the processor may make no progress (cycles aborting, fetches failing, signals undecided) before /readyz says 503 and why")

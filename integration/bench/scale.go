@@ -158,7 +158,7 @@ type scaleResult struct {
 	RSSKilled    int64         // VmHWM of the processes killed (under the load, writing snapshots), the largest
 	Applied      spread        // commands applied before ready, after kill -9 (its /metrics): again, and those the killed one had not applied
 	Again        spread        // of which the commands since the snapshot's label, at most (the processor's log)
-	WriteRun     spread        // a snapshot's write while running (log): the commands wait that long
+	WriteRun     spread        // a snapshot's write while running (log: took=); the commands wait for its held= alone
 	GateBytes    int64         // the gate's MemoryBytes after loading the snapshot
 	LookupNs     float64       // ns per lookup, serial, 10% members
 	StoreBytes   int64

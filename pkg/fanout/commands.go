@@ -74,6 +74,12 @@ type applier struct {
 	snap      gateSnapshot
 	lastSnap  time.Time
 	snapDirty bool
+	// snapWriting is closed once the snapshot write under way, on a
+	// goroutine of its own, has ended; nil if none was started.
+	// snapPrepared is closed once the memory of the next snapshot's copy
+	// is prepared (gate.Map.PrepareSnapshot), by a goroutine of its own;
+	// nil if none is being prepared.
+	snapWriting, snapPrepared chan struct{}
 	// gateAhead is set while the gate holds a batch the store has not
 	// committed (updateGate runs before the commit): a gate snapshot taken
 	// then would not equal the store. Owned by the applier's goroutine.
@@ -127,6 +133,14 @@ func (a *applier) run(ctx context.Context) error {
 	defer cancel(nil)
 	stop := a.startSyncer(cancel)
 	err := a.applyAll(ctx)
+	if a.snapWriting != nil {
+		// The snapshot at the stop must not race it: it would remove its
+		// temporary file, or be renamed over by it.
+		<-a.snapWriting
+	}
+	if a.snapPrepared != nil {
+		<-a.snapPrepared // the snapshot at the stop takes what it prepared
+	}
 	if serr := stop(); serr != nil {
 		return serr
 	}
@@ -198,9 +212,12 @@ func (a *applier) applyAll(ctx context.Context) error {
 // has passed since the last one and commands were applied since: between
 // two batches, the gate equals the store's visible state, which may run
 // ahead of what is synced, so the label is lowered to the claims' applied
-// offsets (see snapshot.go). Commands wait while it is written (the gate
-// takes no Set meanwhile). A failure is reported and retried an interval
-// later; the previous snapshot stays.
+// offsets (see snapshot.go). Commands wait while the gate is copied (the
+// gate takes no Set meanwhile: about 0.3-0.6 s per GiB of its table), not
+// while the copy's memory is prepared nor while the copy is written,
+// which goroutines of their own do. A write still under way when the next
+// is due puts the next off by an interval; a failure is reported and
+// retried an interval later; the previous snapshot stays.
 func (a *applier) snapshotDue() {
 	every := a.cfg.GateSnapshotInterval
 	if a.snap.path == "" || every <= 0 || a.gateAhead || !a.snapDirty {
@@ -213,8 +230,35 @@ func (a *applier) snapshotDue() {
 	if time.Since(a.lastSnap) < every {
 		return
 	}
+	if a.snapWriting != nil {
+		select {
+		case <-a.snapWriting:
+			a.snapWriting = nil
+		default:
+			a.lastSnap = time.Now()
+			return // the last one is still being written
+		}
+	}
+	// The copy's memory is faulted in off this goroutine first (it can
+	// take longer than the copy); the snapshot is taken at the first batch
+	// boundary after.
+	if a.snapPrepared == nil {
+		done := make(chan struct{})
+		a.snapPrepared = done
+		go func() {
+			defer close(done)
+			a.gate.PrepareSnapshot()
+		}()
+		return
+	}
+	select {
+	case <-a.snapPrepared:
+		a.snapPrepared = nil
+	default:
+		return
+	}
 	a.lastSnap, a.snapDirty = time.Now(), false
-	info, err := a.snap.save(a.store, a.gate, func(cps map[int32]int64) {
+	f, info, err := a.snap.freeze(a.store, a.gate, func(cps map[int32]int64) {
 		for _, c := range a.claims.all() {
 			if o, ok := cps[c.partition]; ok {
 				cps[c.partition] = min(o, c.applied.Load())
@@ -224,8 +268,19 @@ func (a *applier) snapshotDue() {
 			a.regate.lower(cps)
 		}
 	})
-	info.Err, info.Running = err, true
-	a.ev.SnapshotSaved(info)
+	if err != nil {
+		info.Err, info.Running = err, true
+		a.ev.SnapshotSaved(info)
+		return
+	}
+	done := make(chan struct{})
+	a.snapWriting = done
+	go func() {
+		defer close(done)
+		info, err := a.snap.write(f, info)
+		info.Err, info.Running = err, true
+		a.ev.SnapshotSaved(info)
+	}()
 }
 
 // snapshotWait is how long until a gate snapshot made due by commands
@@ -235,6 +290,10 @@ func (a *applier) snapshotWait() time.Duration {
 	every := a.cfg.GateSnapshotInterval
 	if a.snap.path == "" || every <= 0 || !a.snapDirty || a.lastSnap.IsZero() {
 		return 0
+	}
+	if a.snapPrepared != nil {
+		// Check on the memory being prepared now and then, not in a loop.
+		return max(every-time.Since(a.lastSnap), 20*time.Millisecond)
 	}
 	return max(every-time.Since(a.lastSnap), time.Millisecond)
 }

@@ -472,16 +472,17 @@ type SnapshotInfo struct {
 	Path    string
 	Members int
 	Bytes   int64
-	Took    time.Duration
-	Err     error // nil if written
-	Running bool  // written while running, not at the end
+	Took    time.Duration // from the copy of the gate to the file's rename
+	Held    time.Duration // of which the copy, which the commands wait for
+	Err     error         // nil if written
+	Running bool          // written while running, not at the end
 }
 
 func (i SnapshotInfo) String() string {
 	if i.Err != nil {
 		return fmt.Sprintf("gate snapshot %s not written: %v", i.Path, i.Err)
 	}
-	return fmt.Sprintf("gate snapshot %s: %d members, %d bytes in %v", i.Path, i.Members, i.Bytes, i.Took)
+	return fmt.Sprintf("gate snapshot %s: %d members, %d bytes in %v (held %v)", i.Path, i.Members, i.Bytes, i.Took, i.Held)
 }
 
 // MigratedInfo is a partition's users' commands re-published to it from
@@ -781,9 +782,9 @@ func MakeLoggingEventListener(l *slog.Logger) EventListener {
 			case i.Err != nil:
 				l.Warn("gate snapshot not written; the next start scans the store", "err", i.Err)
 			case i.Running:
-				l.Info("wrote gate snapshot while running", "path", i.Path, "members", i.Members, "bytes", i.Bytes, "took", i.Took.String())
+				l.Info("wrote gate snapshot while running", "path", i.Path, "members", i.Members, "bytes", i.Bytes, "took", i.Took.String(), "held", i.Held.String())
 			default:
-				l.Info("wrote gate snapshot", "path", i.Path, "members", i.Members, "bytes", i.Bytes, "took", i.Took.String())
+				l.Info("wrote gate snapshot", "path", i.Path, "members", i.Members, "bytes", i.Bytes, "took", i.Took.String(), "held", i.Held.String())
 			}
 		},
 	}

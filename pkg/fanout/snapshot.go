@@ -338,26 +338,55 @@ func (s gateSnapshot) load(store Store, g *gate.Map, older bool) (behind, cps ma
 }
 
 // save writes g, labelled with the store's checkpoints, each lowered by
-// lower when it is not nil, to the path, atomically. g must reflect the
-// store through the label (see regate) and nothing may change either
-// while save runs.
+// lower when it is not nil, to the path, atomically: freeze, then write.
+// g must reflect the store through the label (see regate) and nothing may
+// change either while freeze runs.
 func (s gateSnapshot) save(store Store, g *gate.Map, lower func(cps map[int32]int64)) (SnapshotInfo, error) {
+	f, info, err := s.freeze(store, g, lower)
+	if err != nil {
+		return info, err
+	}
+	return s.write(f, info)
+}
+
+// frozenGate is the gate and its label at one moment, to be written to
+// the path by write: a copy as large as the gate's table, until written.
+type frozenGate struct {
+	gate  *gate.Snapshot
+	label []byte
+	start time.Time
+}
+
+// freeze copies g, labelled with the store's checkpoints, each lowered
+// by lower when it is not nil. g must reflect the store through the label
+// (see regate) and nothing may change either while it runs; once it has
+// returned, they may (write takes the copy).
+func (s gateSnapshot) freeze(store Store, g *gate.Map, lower func(cps map[int32]int64)) (frozenGate, SnapshotInfo, error) {
 	start := time.Now()
 	info := SnapshotInfo{Path: s.path, Members: g.Len()}
 	cps, err := store.Checkpoints(s.topic)
 	if err != nil {
-		return info, fmt.Errorf("unable to read the checkpoints: %w", err)
+		return frozenGate{}, info, fmt.Errorf("unable to read the checkpoints: %w", err)
 	}
 	if lower != nil {
 		lower(cps)
 	}
+	snap := g.Snapshot()
+	info.Members, info.Held = snap.Len(), time.Since(start)
+	return frozenGate{gate: snap, label: encodeLabel(s.topic, cps), start: start}, info, nil
+}
+
+// write writes f to the path, atomically, and releases it. It may run on
+// any goroutine, one at a time.
+func (s gateSnapshot) write(f frozenGate, info SnapshotInfo) (SnapshotInfo, error) {
+	defer f.gate.Release()
 	fs := s.files()
 	dir, base := fs.PathDir(s.path), fs.PathBase(s.path)
 	// A save cut short by a kill leaves its temporary file: remove those
 	// first, they are as large as the snapshot.
 	removeTemps(fs, dir, base)
 	tmp := fs.PathJoin(dir, fmt.Sprintf("%s.tmp-%d", base, rand.Uint64()))
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	f2, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return info, fmt.Errorf("unable to write the gate snapshot %s: %w", s.path, err)
 	}
@@ -366,19 +395,19 @@ func (s gateSnapshot) save(store Store, g *gate.Map, lower func(cps map[int32]in
 		// It names every user who ever left: readable by its owner
 		// alone, whatever the umask (vfs creates files 0666).
 		if err := os.Chmod(tmp, 0o600); err != nil {
-			f.Close()
+			f2.Close()
 			return info, fmt.Errorf("unable to write the gate snapshot %s: %w", s.path, err)
 		}
 	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	n, err := g.Save(w, encodeLabel(s.topic, cps))
+	w := bufio.NewWriterSize(f2, 1<<20)
+	n, err := f.gate.Save(w, f.label)
 	if err == nil {
 		err = w.Flush()
 	}
 	if err == nil {
-		err = f.Sync()
+		err = f2.Sync()
 	}
-	if cerr := f.Close(); err == nil {
+	if cerr := f2.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
@@ -390,7 +419,7 @@ func (s gateSnapshot) save(store Store, g *gate.Map, lower func(cps map[int32]in
 	if err != nil {
 		return info, fmt.Errorf("unable to write the gate snapshot %s: %w", s.path, err)
 	}
-	info.Bytes, info.Took = n, time.Since(start)
+	info.Bytes, info.Took = n, time.Since(f.start)
 	return info, nil
 }
 

@@ -64,7 +64,12 @@
 // size and seed with one sequential read, about as fast as the disk or
 // page cache delivers it, instead of one hash and insert per user.
 //
-//   - A snapshot is one consistent state: Save holds the writers' mutex.
+//   - A snapshot is one consistent state: [Map.Snapshot] copies the table
+//     (memory as large as the table, until released) under the writers'
+//     mutex, and [Snapshot.Save] writes the copy with the mutex released,
+//     so Set waits for the copy but not for the disk.
+//   - Load checks the table on GOMAXPROCS goroutines while it is still
+//     reading it.
 //   - Load accepts only a snapshot whose size, version, checksums and table
 //     invariants (reachable slots, counts, ascending disjoint histories)
 //     all check, and whose label the caller accepts; otherwise it returns

@@ -45,6 +45,15 @@ type Map struct {
 
 	capacity int // from the options; read-only after New
 
+	// spare is the memory PrepareSnapshot allocated for the next Snapshot's
+	// copy, of a table of slots slots; words is nil if none.
+	spare struct {
+		sync.Mutex
+		words   []uint64
+		release func()
+		slots   int
+	}
+
 	mu struct {
 		sync.Mutex
 		// used counts the occupied slots of the current table, including

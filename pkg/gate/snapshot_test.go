@@ -5,11 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 )
 
 // seededMap returns an empty Map whose table has a fixed seed, so that
@@ -365,3 +368,307 @@ func resealed(data []byte) []byte {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// stallWriter holds its first Write until release is closed, having
+// closed stalled; it keeps what is written.
+type stallWriter struct {
+	buf      bytes.Buffer
+	once     sync.Once
+	stalled  chan struct{}
+	release  chan struct{}
+	released sync.Once
+}
+
+func newStallWriter() *stallWriter {
+	return &stallWriter{stalled: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() {
+		close(w.stalled)
+		<-w.release
+	})
+	return w.buf.Write(p)
+}
+
+func (w *stallWriter) unstall() { w.released.Do(func() { close(w.release) }) }
+
+// TestSaveDoesNotHoldWriters: while Save's writer is stuck (a slow disk),
+// Sets complete, including ones that replace histories, clear users and
+// rebuild the table; the snapshot is the Map as it was when Save began.
+func TestSaveDoesNotHoldWriters(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	m, want := randomMap(rng, 20_000)
+	wantLen := m.Len()
+	before := save(t, m, "L")
+
+	w := newStallWriter()
+	defer w.unstall()
+	saved := make(chan error, 1)
+	go func() {
+		_, err := m.Save(w, []byte("L"))
+		saved <- err
+	}()
+	select {
+	case <-w.stalled:
+	case err := <-saved:
+		t.Fatalf("Save returned %v without writing", err)
+	case <-time.After(time.Minute):
+		t.Fatal("Save did not write")
+	}
+
+	setsDone := make(chan error, 1)
+	go func() {
+		for u, eps := range want { // replace every user's episodes
+			next := []Episode{{7, 8}, {9, OpenEnd}}
+			if len(eps) > 0 {
+				next = nil
+			}
+			if err := m.Set(u, next); err != nil {
+				setsDone <- err
+				return
+			}
+		}
+		for i := range uint64(50_000) { // new users, past a rebuild
+			if err := m.Set(1<<50+i, []Episode{{i, OpenEnd}}); err != nil {
+				setsDone <- err
+				return
+			}
+		}
+		setsDone <- nil
+	}()
+	select {
+	case err := <-setsDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Set waited for Save's writer")
+	}
+	w.unstall()
+	if err := <-saved; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w.buf.Bytes(), before) {
+		t.Fatal("the snapshot differs from the Map when Save began")
+	}
+	got := New()
+	if err := load(got, w.buf.Bytes(), nil); err != nil {
+		t.Fatal(err)
+	}
+	sameGate(t, got, want, wantLen)
+}
+
+// TestSaveWhileGrowing saves while another goroutine adds users, so that
+// the table is often rebuilt between Save's allocation and its copy: each
+// snapshot loads, and holds a prefix of the users added, in order.
+func TestSaveWhileGrowing(t *testing.T) {
+	for _, tries := range []int{3, 1} { // 1: always allocates under the mutex
+		t.Run("tries="+itoa(tries), func(t *testing.T) {
+			defer func(old int) { snapshotTries = old }(snapshotTries)
+			snapshotTries = tries
+			saveWhileGrowing(t)
+		})
+	}
+}
+
+func saveWhileGrowing(t *testing.T) {
+	m := New()
+	const users, saves = 30_000, 10
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range uint64(users) {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			eps := []Episode{{i, OpenEnd}}
+			if i%2 == 0 {
+				eps = []Episode{{0, i}, {i, OpenEnd}}
+			}
+			if err := m.Set(i, eps); err != nil {
+				panic(err)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range saves {
+		var buf bytes.Buffer
+		if _, err := m.Save(&buf, nil); err != nil {
+			t.Fatal(err)
+		}
+		got := New()
+		if err := load(got, buf.Bytes(), nil); err != nil {
+			t.Fatalf("save %d: %v", i, err)
+		}
+		n := uint64(got.Len())
+		if n > 0 && (got.Allows(n-1, n-1) || !got.Allows(n, n)) {
+			t.Fatalf("save %d of %d users: not the first %d added", i, n, n)
+		}
+	}
+}
+
+// TestSnapshotCheckSpans: Load checks the table in spans, each run of
+// occupied slots whole by the span holding the empty slot before it, also
+// when the run crosses into the next spans or wraps around the end. With
+// spans of a few slots, Load accepts what it accepts checking the table as
+// one span, and refuses what it refuses: a bit of each byte of the slots
+// flipped, and every two neighbouring slots swapped, checksums
+// recomputed.
+func TestSnapshotCheckSpans(t *testing.T) {
+	defer func(old int) { checkSpan = old }(checkSpan)
+	loadWith := func(span int, b []byte) error {
+		checkSpan = span
+		return load(New(), b, nil)
+	}
+	for _, users := range []int{1, 47, 48, 1000} {
+		m, want := randomMap(rand.New(rand.NewPCG(uint64(users), 9)), users)
+		b := save(t, m, "")
+		for _, span := range []int{1, 2, 3, 8, 64} {
+			checkSpan = span
+			got := New()
+			if err := load(got, b, nil); err != nil {
+				t.Fatalf("%d users, spans of %d: %v", users, span, err)
+			}
+			sameGate(t, got, want, m.Len())
+		}
+	}
+
+	// 40 users in 64 slots: long runs, some across span boundaries.
+	m := seededMap(64, 11)
+	for u := range uint64(40) {
+		eps := []Episode{{u, OpenEnd}}
+		if u%5 == 0 {
+			eps = []Episode{{0, u}, {u + 1, OpenEnd}}
+		}
+		if err := m.Set(u, eps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := save(t, m, "")
+	bodyAt := headerLen + 4
+	var variants [][]byte
+	for i := range 64 * 16 {
+		c := slices.Clone(good)
+		c[bodyAt+i] ^= 1 << (i % 8)
+		variants = append(variants, c)
+	}
+	for i := range 64 {
+		c := slices.Clone(good)
+		at, next := bodyAt+16*i, bodyAt+16*((i+1)%64)
+		var tmp [16]byte
+		copy(tmp[:], c[at:at+16])
+		copy(c[at:at+16], c[next:next+16])
+		copy(c[next:next+16], tmp[:])
+		variants = append(variants, c)
+	}
+	refused := 0
+	for i, c := range variants {
+		reseal(c)
+		whole := loadWith(1<<16, c)
+		for _, span := range []int{1, 3, 8} {
+			err := loadWith(span, c)
+			if (err == nil) != (whole == nil) || (err != nil && !errors.Is(err, ErrBadSnapshot)) {
+				t.Fatalf("variant %d, spans of %d: %v; as one span: %v", i, span, err, whole)
+			}
+		}
+		if whole != nil {
+			refused++
+		}
+	}
+	t.Logf("%d of %d variants refused", refused, len(variants))
+}
+
+// TestSnapshotIsItsMoment: a Snapshot saves the Map as it was when taken,
+// whatever was set since, and cannot be saved once released.
+func TestSnapshotIsItsMoment(t *testing.T) {
+	m, _ := randomMap(rand.New(rand.NewPCG(8, 8)), 3000)
+	before := save(t, m, "L")
+	s := m.Snapshot()
+	if s.Len() != m.Len() {
+		t.Fatalf("Len %d, the Map's %d", s.Len(), m.Len())
+	}
+	for i := range uint64(10_000) {
+		if err := m.Set(i, []Episode{{1, 2}, {i + 3, OpenEnd}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := s.Save(&buf, []byte("L")); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), before) {
+		t.Fatal("the snapshot saved other bytes than the Map when taken")
+	}
+	s.Release()
+	s.Release()
+	if _, err := s.Save(io.Discard, nil); err == nil {
+		t.Fatal("a released snapshot saved")
+	}
+}
+
+// TestPrepareSnapshot: a Snapshot after PrepareSnapshot copies into the
+// memory prepared, if the table kept its size, and saves the same bytes
+// either way; a prepared memory of another size is dropped.
+func TestPrepareSnapshot(t *testing.T) {
+	m, _ := randomMap(rand.New(rand.NewPCG(6, 6)), 5000)
+	before := save(t, m, "L")
+	saveSnapshot := func() []byte {
+		t.Helper()
+		s := m.Snapshot()
+		defer s.Release()
+		var buf bytes.Buffer
+		if _, err := s.Save(&buf, []byte("L")); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+
+	m.PrepareSnapshot()
+	prepared := m.spare.words
+	m.PrepareSnapshot() // the same size: kept
+	if len(prepared) == 0 || &m.spare.words[0] != &prepared[0] {
+		t.Fatal("a second PrepareSnapshot replaced the memory prepared")
+	}
+	s := m.Snapshot()
+	if &s.words[0] != &prepared[0] || m.spare.words != nil {
+		t.Fatal("Snapshot did not take the memory prepared")
+	}
+	var buf bytes.Buffer
+	if _, err := s.Save(&buf, []byte("L")); err != nil {
+		t.Fatal(err)
+	}
+	s.Release()
+	if !bytes.Equal(buf.Bytes(), before) {
+		t.Fatal("a snapshot into prepared memory saved other bytes")
+	}
+
+	// Prepared, then the table grows: the memory is dropped.
+	done := make(chan error, 1)
+	go func() { // Sets meanwhile, under -race
+		for i := range uint64(20_000) {
+			if err := m.Set(1<<45+i, []Episode{{i, OpenEnd}}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	m.PrepareSnapshot()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	after := saveSnapshot()
+	got := New()
+	if err := load(got, after, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != m.Len() {
+		t.Fatalf("loaded %d members, the Map has %d", got.Len(), m.Len())
+	}
+	if m.spare.words != nil {
+		t.Fatal("memory left prepared after the Snapshot")
+	}
+}
