@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -412,24 +411,13 @@ func (a *applier) handoverAll(ctx context.Context, cs []*claim, ends []int64) er
 	if len(cs) == 0 {
 		return nil
 	}
-	slots := make(chan struct{}, max(1, a.cfg.RestoreParallel))
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
+	for _, c := range cs {
 		c.recovery.handedOver = true
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			defer func() { <-slots }()
-			c.recovery.restored, errs[i] = a.handover.handover(ctx, c, ends[i])
-		}()
 	}
-	wg.Wait()
+	errs := make([]error, len(cs))
+	sideBySide(ctx, len(cs), a.cfg.RestoreParallel, func(i int) {
+		cs[i].recovery.restored, errs[i] = a.handover.handover(ctx, cs[i], ends[i])
+	})
 	return errors.Join(errs...)
 }
 

@@ -14,10 +14,12 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortgate/cohortgate/pkg/membership"
+	"github.com/cohortgate/cohortgate/topics"
 )
 
 // TestEndStuckOnAMovedCoordinatorHealsEarly: a transaction's end whose
@@ -102,17 +104,9 @@ func TestEndStuckOnAMovedCoordinatorHealsEarly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const signals = 100
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			rec := &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte("s" + strconv.Itoa(i)), Timestamp: time.Now()}
-			if err := helper.ProduceSync(ctx, rec).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	produce(0, signals/2)
+	produceNumbered(t, ctx, helper, 0, signals/2)
 	armed.Store(1)
-	produce(signals/2, signals)
+	produceNumbered(t, ctx, helper, signals/2, signals)
 
 	select {
 	case i := <-healed:
@@ -134,24 +128,7 @@ func TestEndStuckOnAMovedCoordinatorHealsEarly(t *testing.T) {
 	}
 	free()
 
-	out, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(string(set.Cohort)),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	seen := make(map[string]int)
-	for n := 0; n < signals && ctx.Err() == nil; {
-		out.PollFetches(ctx).EachRecord(func(rec *kgo.Record) {
-			seen[string(rec.Value)]++
-			n++
-		})
-	}
-	for i := range signals {
-		if k := seen["s"+strconv.Itoa(i)]; k != 1 {
-			t.Errorf("signal %d forwarded %d times; want once", i, k)
-		}
-	}
+	forwardedOnce(t, ctx, c, set, signals)
 }
 
 // TestHealIgnoresOtherMembersUnstableOffsets: a heal reads the group's
@@ -363,17 +340,9 @@ func TestFlushNoBrokerTakesIsBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const signals = 100
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			rec := &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte("s" + strconv.Itoa(i)), Timestamp: time.Now()}
-			if err := helper.ProduceSync(ctx, rec).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	produce(0, signals/2)
+	produceNumbered(t, ctx, helper, 0, signals/2)
 	armed.Store(1)
-	produce(signals/2, signals)
+	produceNumbered(t, ctx, helper, signals/2, signals)
 
 	select {
 	case i := <-unknown:
@@ -387,6 +356,25 @@ func TestFlushNoBrokerTakesIsBounded(t *testing.T) {
 		t.Fatalf("no cycle ended within 30s of a produce held forever (held: %d); the flush waits for as long as the fault lasts", held.Load())
 	}
 
+	forwardedOnce(t, ctx, c, set, signals)
+}
+
+// produceNumbered produces signals from to to-1 through cl, keyed by their
+// number and valued "s<number>".
+func produceNumbered(t *testing.T, ctx context.Context, cl *kgo.Client, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		rec := &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte("s" + strconv.Itoa(i)), Timestamp: time.Now()}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// forwardedOnce reads the cohort topic read_committed until it holds
+// signals records, and checks each numbered signal is there once.
+func forwardedOnce(t *testing.T, ctx context.Context, c *kfake.Cluster, set topics.Set, signals int) {
+	t.Helper()
 	out, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(string(set.Cohort)),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {

@@ -111,26 +111,14 @@ func (r *recoverer) recoverAll(ctx context.Context, jobs []recoveryJob, parallel
 		err  error
 	}
 	res := make([]result, len(todo))
-	slots := make(chan struct{}, max(1, parallel))
-	var wg sync.WaitGroup
-	for i, j := range todo {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			defer func() { <-slots }()
-			start := time.Now()
-			rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
-			defer cancel()
-			res[i].view, res[i].err = r.src.read(rctx, readRequest{part: j.part, single: j.single, note: j.note})
-			res[i].took = time.Since(start)
-		}()
-	}
-	wg.Wait()
+	sideBySide(ctx, len(todo), parallel, func(i int) {
+		j := todo[i]
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+		defer cancel()
+		res[i].view, res[i].err = r.src.read(rctx, readRequest{part: j.part, single: j.single, note: j.note})
+		res[i].took = time.Since(start)
+	})
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -147,6 +135,28 @@ func (r *recoverer) recoverAll(ctx context.Context, jobs []recoveryJob, parallel
 		}
 	}
 	return nil
+}
+
+// sideBySide calls do(0) … do(n-1), each on a goroutine of its own, at
+// most parallel (at least 1) at once, and returns when all have returned;
+// once ctx ends, those not yet started are not.
+func sideBySide(ctx context.Context, n, parallel int, do func(i int)) {
+	slots := make(chan struct{}, max(1, parallel))
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-slots }()
+			do(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // read reads what earlier owners wrote for signals partition part,

@@ -116,22 +116,7 @@ func (b *barrierChangelog) read(ctx context.Context, q readRequest) (changelogVi
 func TestWindowsRecoveredSideBySide(t *testing.T) {
 	src := &barrierChangelog{n: 3, all: make(chan struct{}), deadline: 2 * time.Second}
 	run := newHandoverRunOf(t, src, 3, func(c *Config) { c.RestoreParallel = 3 })
-	var cs []*claim
-	for p := range int32(3) {
-		c := run.claimOf(p, 0) // nothing to restore: prepared at once
-		c.prepared.Store(true)
-		cs = append(cs, c)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := run.a.prepareIdle(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cs {
-		if !c.recovery.done {
-			t.Errorf("partition %d: windows not recovered", c.partition)
-		}
-	}
+	prepareIdleClaims(t, run, 3)
 	if src.reads != 3 {
 		t.Errorf("%d changelog reads, want 3 (one a claim)", src.reads)
 	}
@@ -146,8 +131,19 @@ func TestWindowsRecoveredSideBySide(t *testing.T) {
 func TestWindowsRecoveredOneAtATimeWithOneSlot(t *testing.T) {
 	src := &barrierChangelog{n: 2, all: make(chan struct{}), deadline: 200 * time.Millisecond}
 	run := newHandoverRunOf(t, src, 2, func(c *Config) { c.RestoreParallel = 1 })
+	prepareIdleClaims(t, run, 2)
+	if !src.alone {
+		t.Error("with one slot, two reads were under way at once")
+	}
+}
+
+// prepareIdleClaims claims partitions 0 to n-1 with nothing to restore
+// (prepared at once), lets the idle applier prepare them, and checks
+// that each one's windows were recovered.
+func prepareIdleClaims(t *testing.T, run *handoverRun, n int32) {
+	t.Helper()
 	var cs []*claim
-	for p := range int32(2) {
+	for p := range n {
 		c := run.claimOf(p, 0)
 		c.prepared.Store(true)
 		cs = append(cs, c)
@@ -161,8 +157,5 @@ func TestWindowsRecoveredOneAtATimeWithOneSlot(t *testing.T) {
 		if !c.recovery.done {
 			t.Errorf("partition %d: windows not recovered", c.partition)
 		}
-	}
-	if !src.alone {
-		t.Error("with one slot, two reads were under way at once")
 	}
 }
