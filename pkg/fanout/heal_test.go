@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,6 +35,10 @@ func TestEndTxnFailureKeepsTheSession(t *testing.T) {
 		fenced  bool // the session must end
 		opts    []kgo.Opt
 		outcome Outcome // what the healed cycle must be
+		// loading is how long after the first failed commit the group's
+		// coordinator answers offset fetches that it is loading (a
+		// coordinator that moved): heal cannot learn the outcome sooner.
+		loading time.Duration
 	}{
 		{name: "request timed out", fails: 1, outcome: Aborted,
 			fail: func(_ *kfake.Cluster, _ *kgo.Client, req *kmsg.EndTxnRequest) (kmsg.Response, error) {
@@ -43,6 +48,13 @@ func TestEndTxnFailureKeepsTheSession(t *testing.T) {
 			opts: []kgo.Opt{kgo.RequestRetries(1)},
 			fail: func(_ *kfake.Cluster, _ *kgo.Client, req *kmsg.EndTxnRequest) (kmsg.Response, error) {
 				return endTxnErr(req, kerr.NotCoordinator), nil
+			}},
+		// Longer than the end's bound (10s at this session timeout):
+		// a heal that gave up then replaced the session.
+		{name: "group coordinator loading past the end's bound", fails: 1, outcome: Aborted,
+			loading: 13 * time.Second,
+			fail: func(_ *kfake.Cluster, _ *kgo.Client, req *kmsg.EndTxnRequest) (kmsg.Response, error) {
+				return endTxnErr(req, kerr.RequestTimedOut), nil
 			}},
 		{name: "commit landed, answer lost", fails: 1, outcome: Committed,
 			fail: func(c *kfake.Cluster, helper *kgo.Client, req *kmsg.EndTxnRequest) (kmsg.Response, error) {
@@ -76,13 +88,24 @@ func TestEndTxnFailureKeepsTheSession(t *testing.T) {
 			var armed, failed atomic.Int32
 			var behind atomic.Bool // the helper's own EndTxn is under way
 			var failErr atomic.Value
+			var loadingUntil, loadingAnswers atomic.Int64 // unix nanoseconds; offset fetches refused
+			c.ControlKey(int16(kmsg.OffsetFetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				if until := loadingUntil.Load(); until == 0 || time.Now().UnixNano() >= until {
+					return nil, nil, false
+				}
+				loadingAnswers.Add(1)
+				return offsetFetchErr(r.(*kmsg.OffsetFetchRequest), kerr.CoordinatorLoadInProgress), nil, true
+			})
 			c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
 				c.KeepControl()
 				req := r.(*kmsg.EndTxnRequest)
 				if !req.Commit || req.TransactionalID != "heal-test" || armed.Load() == 0 || behind.Load() || failed.Load() >= int32(tc.fails) {
 					return nil, nil, false
 				}
-				failed.Add(1)
+				if failed.Add(1) == 1 && tc.loading > 0 {
+					loadingUntil.Store(time.Now().Add(tc.loading).UnixNano())
+				}
 				behind.Store(true)
 				defer behind.Store(false)
 				resp, err := tc.fail(c, helper, req)
@@ -159,6 +182,9 @@ func TestEndTxnFailureKeepsTheSession(t *testing.T) {
 			if int(failed.Load()) < tc.fails {
 				t.Fatalf("%d commits failed; want %d", failed.Load(), tc.fails)
 			}
+			if tc.loading > 0 && loadingAnswers.Load() == 0 {
+				t.Fatal("no offset fetch was answered that the coordinator is loading: the heal did not wait on it")
+			}
 			for i := range signals {
 				if k := seen["s"+strconv.Itoa(i)]; k != 1 {
 					t.Errorf("signal %d forwarded %d times; want once", i, k)
@@ -195,4 +221,76 @@ func endTxnErr(req *kmsg.EndTxnRequest, err *kerr.Error) *kmsg.EndTxnResponse {
 	resp := req.ResponseKind().(*kmsg.EndTxnResponse)
 	resp.ErrorCode = err.Code
 	return resp
+}
+
+// offsetFetchErr is the group coordinator's answer to req failing with err
+// for every group asked.
+func offsetFetchErr(req *kmsg.OffsetFetchRequest, err *kerr.Error) *kmsg.OffsetFetchResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+	resp.ErrorCode = err.Code
+	for _, g := range req.Groups {
+		rg := kmsg.NewOffsetFetchResponseGroup()
+		rg.Group, rg.ErrorCode = g.Group, err.Code
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp
+}
+
+// TestHealEndsWithTheRun: a heal retries for as long as the run goes on,
+// but a stop does not wait for the outage that holds it: once the run is
+// cancelled the heal has the end's bound (10s here) more, and Run
+// returns. Here the group's coordinator never answers an offset fetch
+// again after a commit failed, so only the stop ends the heal.
+func TestHealEndsWithTheRun(t *testing.T) {
+	c, set := fakeCluster(t, 2)
+	helper, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(string(set.Signals)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer helper.Close()
+	var armed, failed, loadingAnswers atomic.Int32
+	c.ControlKey(int16(kmsg.OffsetFetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if failed.Load() == 0 {
+			return nil, nil, false
+		}
+		loadingAnswers.Add(1)
+		return offsetFetchErr(r.(*kmsg.OffsetFetchRequest), kerr.CoordinatorLoadInProgress), nil, true
+	})
+	c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.EndTxnRequest)
+		if !req.Commit || armed.Load() == 0 || failed.Load() > 0 {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		return endTxnErr(req, kerr.RequestTimedOut), nil, true
+	})
+	p := newOnFake(t, c, set, Config{
+		CreateTopics: true, Partitions: 2,
+		ExactlyOnce: true, TransactionalID: "heal-stop-test", Grace: 10 * time.Millisecond,
+		CommitInterval: 20 * time.Millisecond, SessionTimeout: 10 * time.Second,
+	}, memStore(t))
+	r := startRun(p)
+	waitReady(t, p)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	armed.Store(1)
+	for i := 0; loadingAnswers.Load() == 0; i++ {
+		if ctx.Err() != nil {
+			r.stop()
+			t.Fatal("no heal waited on the group's coordinator within 60s")
+		}
+		rec := &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte("s"), Timestamp: time.Now()}
+		if err := helper.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := time.Now()
+	err = r.stop()
+	if err != nil && strings.Contains(err.Error(), "did not return") {
+		t.Fatalf("a heal held the stop: %v", err)
+	}
+	t.Logf("Run returned %v after its cancellation: %v", time.Since(stopped).Round(time.Millisecond), err)
 }

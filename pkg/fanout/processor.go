@@ -684,7 +684,7 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 			rules.outs = append(rules.outs, routeOut{topic: string(r.Out), limit: lim.of(string(r.Out))})
 		}
 		p.joined.Store(false) // a new session joins anew
-		s, err := p.newSession(own, &lim)
+		s, err := p.newSession(ctx, own, &lim)
 		if err != nil {
 			return err
 		}
@@ -705,9 +705,10 @@ func (p *Processor) signals(ctx context.Context, k *kafka, own *ownership, appli
 	return nil
 }
 
-// newSession makes the signals session: a group member of every route's
-// input whose assignments own answers, producing within lim.
-func (p *Processor) newSession(own *ownership, lim *limits) (session, error) {
+// newSession makes the signals session of the run whose context is ctx: a
+// group member of every route's input whose assignments own answers,
+// producing within lim.
+func (p *Processor) newSession(ctx context.Context, own *ownership, lim *limits) (session, error) {
 	var inputs []string
 	for _, in := range p.cfg.Topics.Inputs() {
 		inputs = append(inputs, string(in))
@@ -740,7 +741,7 @@ func (p *Processor) newSession(own *ownership, lim *limits) (session, error) {
 	// one cycle (its end bounded by endTimeout), so a little more suffices.
 	opts = append(opts, kgo.RebalanceTimeout(p.endTimeout()+5*time.Second))
 	if p.cfg.ExactlyOnce {
-		s, err := newTxnSession(p.cfg.Group, inputs, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
+		s, err := newTxnSession(ctx, p.cfg.Group, inputs, p.endTimeout(), append(opts, kgo.TransactionalID(p.cfg.TransactionalID)))
 		if err != nil {
 			return nil, err
 		}

@@ -124,16 +124,19 @@ type txnSession struct {
 	group  string // the consumer group, whose offsets heal reads
 	inputs []string
 	failed failures
-	// endTimeout bounds the flush before an end, heal, and
+	// endTimeout bounds the flush before an end, and
 	// GroupTransactSession.End with endFirstTry. End waits for a forced heartbeat; when the member's
 	// session has expired meanwhile (the process was stopped), franz-go's
 	// group loop instead waits for AllowRebalance, which only comes
 	// after End: without a bound the two wait for each other forever.
 	// Past End's bound, or when End fails without a definite answer (the
 	// coordinator moving), the transaction is ended for sure and its
-	// outcome learned (heal), for at most endTimeout; only a fenced
-	// producer or an outcome still unknown then replaces the session.
+	// outcome learned (heal), for as long as the run goes on and
+	// endTimeout past its end; only a fenced producer or a definite
+	// error then replaces the session.
 	endTimeout time.Duration
+	// run is the run's context: heal retries until it ends (see heal).
+	run context.Context
 	// check, when set, is asked before a commit whether the outputs are
 	// the topics the run found (outputsCheck): if not, the cycle aborts.
 	check func(context.Context) error
@@ -145,12 +148,13 @@ type txnSession struct {
 	learned map[string]map[int32]kgo.EpochOffset
 }
 
-func newTxnSession(group string, inputs []string, endTimeout time.Duration, opts []kgo.Opt) (*txnSession, error) {
+// newTxnSession makes a session of the run whose context is run.
+func newTxnSession(run context.Context, group string, inputs []string, endTimeout time.Duration, opts []kgo.Opt) (*txnSession, error) {
 	s, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("unable to create transactional session: %w", err)
 	}
-	return &txnSession{s: s, group: group, inputs: inputs, endTimeout: endTimeout}, nil
+	return &txnSession{s: s, group: group, inputs: inputs, endTimeout: endTimeout, run: run}, nil
 }
 
 func (t *txnSession) client() *kgo.Client { return t.s.Client() }
@@ -473,9 +477,17 @@ const (
 // epoch, which aborts whatever is still open and leaves a commit that
 // landed alone), then reads the offsets the group holds for what the
 // cycle planned, waiting for transactional commits still being written
-// (RequireStable). It retries both while the coordinator moves, for at
-// most endTimeout; past that, or on a definite error, the outcome stays
-// unknown and the session is replaced.
+// (RequireStable). It retries both while the coordinators move, for as
+// long as the run goes on: a replaced session would wait for the same
+// coordinators (to join the group, to fetch its offsets) after giving its
+// partitions up, and its new producer would leave the outcome unknown
+// still. A member the group expels meanwhile (its heartbeats go on while
+// heal waits; a rebalance waits for it at most the rebalance timeout)
+// loses its partitions, which franz-go reports and the session survives.
+// A heal that does not end is a cycle stall (stallWatch): the processor
+// says it is not ready, then halts. Once the run ends, heal has endTimeout
+// more: a stop must not wait for an outage. On a definite error, or past
+// that, the outcome stays unknown and the session is replaced.
 //
 // plans is what the cycle asked to commit; head, the fetch positions
 // before the end (where consuming goes on when it committed); before, the
@@ -486,8 +498,12 @@ const (
 // outbox records, idempotent by key, are produced again), and Unknown
 // otherwise.
 func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planned, head, before map[string]map[int32]kgo.EpochOffset) (Outcome, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.endTimeout)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The timer may outlive heal by endTimeout at most; cancelling a
+	// context twice is harmless.
+	stopWatch := context.AfterFunc(t.run, func() { time.AfterFunc(t.endTimeout, cancel) })
+	defer stopWatch()
 	cl := t.s.Client()
 	wait := healBackoff
 	pause := func() error {
