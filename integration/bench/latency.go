@@ -61,6 +61,28 @@ type latencyRound struct {
 	Latency   summary // from the acknowledgement
 	Floor     summary // a plain consumer's, from the acknowledgement to its poll (floorWatch)
 	Rate, CPU float64
+	// RunWait is how long the threads of each process waited on a run
+	// queue for a CPU while the leaves went out, in milliseconds a
+	// second, summed over threads (procRunWait); nil if not read.
+	RunWait *runWait
+}
+
+// runWait is the run-queue wait of the processes of a latency round, in
+// milliseconds per second of wall clock: the processor's, the load
+// generator's and the harness's own (where the floor's consumer runs).
+type runWait struct{ Processor, Loadgen, Harness float64 }
+
+// readRunWaits reads procRunWait of the processor, the load generator and
+// this process, in that order.
+func readRunWaits(proc, gen *child) ([3]time.Duration, error) {
+	var w [3]time.Duration
+	var errs []error
+	for i, pid := range []int{proc.pid(), gen.pid(), os.Getpid()} {
+		var err error
+		w[i], err = procRunWait(pid)
+		errs = append(errs, err)
+	}
+	return w, errors.Join(errs...)
 }
 
 // worstP99 is the highest p99 of the rounds, the one an aim is judged by.
@@ -118,10 +140,13 @@ func (h *harness) latencyRounds(ctx context.Context, r *latencyResult) error {
 			return fmt.Errorf("round %d: %w", i+1, err)
 		}
 		rl := latencyRound{Found: len(x.lat), Latency: summarize(slices.Clone(x.lat)), Floor: summarize(slices.Clone(x.floor)),
-			Rate: x.rate, CPU: x.cpu}
+			Rate: x.rate, CPU: x.cpu, RunWait: x.runWait}
 		r.Rounds = append(r.Rounds, rl)
 		h.printf("latency: round %d: %d leaves: p50 %v, p99 %v, max %v; floor p50 %v, p99 %v; signals at %s/s", i+1, rl.Found,
 			rl.Latency.P50, rl.Latency.P99, rl.Latency.Max, rl.Floor.P50, rl.Floor.P99, thousands(rl.Rate))
+		if w := rl.RunWait; w != nil {
+			h.printf("latency: round %d: run-queue wait (ms/s): processor %.0f, load generator %.0f, harness %.0f", i+1, w.Processor, w.Loadgen, w.Harness)
+		}
 		lat, fromSend, floor = append(lat, x.lat...), append(fromSend, x.fromSend...), append(floor, x.floor...)
 		r.Sent, r.Found, r.Negative = r.Sent+x.sent, r.Found+len(x.lat), r.Negative+x.negative
 		rate, cpu = rate+x.rate, cpu+x.cpu
@@ -151,6 +176,7 @@ type latencyOutcome struct {
 	negative      int
 	steps         map[string]histogram // observed over the leaves' span; nil if not read
 	rate, cpu     float64
+	runWait       *runWait
 }
 
 func (h *harness) latency(ctx context.Context, r *latencyResult, round int, users []int, spread time.Duration) (*latencyOutcome, error) {
@@ -203,9 +229,20 @@ func (h *harness) latency(ctx context.Context, r *latencyResult, round int, user
 	defer floor.stop()
 	x := &latencyOutcome{}
 	before, herr := scrapeHistograms(ctx, "http://"+addr)
+	waitsBefore, werr := readRunWaits(proc, gen)
+	began := time.Now()
 	acks, sent, rate, cpu, err := h.produceLeaves(ctx, set, proc, gen, users, spread)
 	if err != nil {
 		return nil, err
+	}
+	waitsAfter, err := readRunWaits(proc, gen)
+	if werr = errors.Join(werr, err); werr != nil {
+		h.printf("latency: round %d: run-queue waits not read: %v", round, werr)
+	} else {
+		per := func(i int) float64 {
+			return float64(waitsAfter[i]-waitsBefore[i]) / float64(time.Millisecond) / time.Since(began).Seconds()
+		}
+		x.runWait = &runWait{Processor: per(0), Loadgen: per(1), Harness: per(2)}
 	}
 	floor.wait(ctx, acks, 10*time.Second)
 	x.floor = floor.floors(acks)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // cpuTicks is a process's CPU time in clock ticks (see userHZ): user
@@ -128,4 +129,53 @@ func readSystemCPU() (systemCPU, error) {
 		return systemCPU{}, err
 	}
 	return parseSystemStat(b)
+}
+
+// parseSchedstat returns the time a thread ran on a CPU and the time it
+// waited on a run queue for one, from the content of
+// /proc/<pid>/task/<tid>/schedstat: "run_ns wait_ns timeslices"
+// (the kernel's sched-stats documentation, version 15 and on).
+func parseSchedstat(b []byte) (run, wait time.Duration, err error) {
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return 0, 0, fmt.Errorf("schedstat: %d fields, want 3: %q", len(f), b)
+	}
+	r, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("schedstat: run time: %w", err)
+	}
+	w, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("schedstat: wait time: %w", err)
+	}
+	return time.Duration(r), time.Duration(w), nil
+}
+
+// procRunWait is how long pid's threads alive now have waited on a run
+// queue for a CPU, summed: time runnable but not running, the cost of
+// cores shared with other work. A thread that exited takes its share
+// with it, so compare two readings of long-lived threads (a Go program's
+// stay).
+func procRunWait(pid int) (time.Duration, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread exited since the listing
+		}
+		if err != nil {
+			return 0, err
+		}
+		_, w, err := parseSchedstat(b)
+		if err != nil {
+			return 0, fmt.Errorf("thread %s of %d: %w", t.Name(), pid, err)
+		}
+		sum += w
+	}
+	return sum, nil
 }

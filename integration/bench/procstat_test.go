@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"testing"
+	"time"
+)
 
 func TestParseStat(t *testing.T) {
 	tests := []struct {
@@ -64,5 +68,41 @@ func TestParseSystemStat(t *testing.T) {
 	}
 	if _, err := parseSystemStat([]byte("intr 1 2 3\n")); err == nil {
 		t.Fatal("no cpu line: want an error")
+	}
+}
+
+func TestParseSchedstat(t *testing.T) {
+	for _, tt := range []struct {
+		in        string
+		run, wait time.Duration
+		bad       bool
+	}{
+		{in: "206287700 32973751 554\n", run: 206287700, wait: 32973751},
+		{in: "0 0 0", run: 0, wait: 0},
+		{in: "206287700 32973751", bad: true},
+		{in: "206287700 x 554", bad: true},
+		{in: "", bad: true},
+	} {
+		run, wait, err := parseSchedstat([]byte(tt.in))
+		if tt.bad {
+			if err == nil {
+				t.Errorf("parseSchedstat(%q) = %v, %v; want an error", tt.in, run, wait)
+			}
+			continue
+		}
+		if err != nil || run != tt.run || wait != tt.wait {
+			t.Errorf("parseSchedstat(%q) = %v, %v, %v; want %v, %v", tt.in, run, wait, err, tt.run, tt.wait)
+		}
+	}
+}
+
+// TestProcRunWait reads this process's own threads, where Linux keeps
+// scheduler statistics.
+func TestProcRunWait(t *testing.T) {
+	if _, err := os.Stat("/proc/self/schedstat"); err != nil {
+		t.Skipf("no scheduler statistics here: %v", err)
+	}
+	if _, err := procRunWait(os.Getpid()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -494,11 +494,16 @@ func (r *results) latencySection(w writef) {
 		}
 	}
 	if len(l.Rounds) > 0 {
-		w("| round | leaves | p50 | p99 | max | floor p50 | floor p99 | p99 above the floor's | signals/s meanwhile | processor cores |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		w("| round | leaves | p50 | p99 | max | floor p50 | floor p99 | p99 above the floor's | signals/s meanwhile | processor cores | run-queue wait, ms/s: processor / load generator / harness |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for i, x := range l.Rounds {
-			w("| %d | %d | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", i+1, x.Found, ms(x.Latency.P50), ms(x.Latency.P99), ms(x.Latency.Max),
-				ms(x.Floor.P50), ms(x.Floor.P99), ms(x.Latency.P99-x.Floor.P99), thousands(x.Rate), x.CPU)
+			wait := ""
+			if rw := x.RunWait; rw != nil {
+				wait = fmt.Sprintf("%.0f / %.0f / %.0f", rw.Processor, rw.Loadgen, rw.Harness)
+			}
+			w("| %d | %d | %s | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", i+1, x.Found, ms(x.Latency.P50), ms(x.Latency.P99), ms(x.Latency.Max),
+				ms(x.Floor.P50), ms(x.Floor.P99), ms(x.Latency.P99-x.Floor.P99), thousands(x.Rate), x.CPU, wait)
 		}
+		w("\nRun-queue wait: the time the process's threads were runnable but waited for a core while the round's leaves went out, summed over its threads (`/proc/<pid>/task/*/schedstat`), per second; the harness runs the floor's consumer.\n")
 		w("\nAll rounds' leaves together:\n\n")
 	}
 	w("| from | leaves | p50 | p99 | p99.9 | max | min | signals/s meanwhile (target) | processor cores |\n")
@@ -518,6 +523,9 @@ func (r *results) latencySection(w writef) {
 			name := "fetch delay (record timestamp to poll)"
 			if _, step, ok := strings.Cut(s.Name, "{"); ok {
 				name = "batch: " + strings.TrimSuffix(step, "}")
+			}
+			if s.Name == goSchedLatencies {
+				name = "Go scheduler: a goroutine runnable to running (any goroutine; buckets a factor 11 wide)"
 			}
 			w("| %s | %s | %s | %s | %s |\n", name, thousands(s.Count), msf(s.Mean), msf(s.P50), msf(s.P99))
 		}

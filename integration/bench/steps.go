@@ -90,8 +90,13 @@ func stepSeries() []string {
 	for _, s := range []string{"wait", "recover", "apply", "gate", "settle", "commit", "sync"} {
 		out = append(out, fanout.MetricBatchStep+"{"+s+"}")
 	}
-	return out
+	return append(out, goSchedLatencies)
 }
+
+// goSchedLatencies is the Go runtime's histogram of how long goroutines
+// waited runnable before they ran, every goroutine of the processor's:
+// where a leave waits when the cores are saturated.
+const goSchedLatencies = "go_sched_latencies_seconds"
 
 // scrapeHistograms reads the processor's histograms of stepSeries from
 // base/metrics, keyed as stepSeries names them.
@@ -124,7 +129,7 @@ func parseHistograms(r io.Reader) (map[string]histogram, error) {
 				base, suffix = b, s
 			}
 		}
-		if base != fanout.MetricFetchDelay && base != fanout.MetricBatchStep {
+		if base != fanout.MetricFetchDelay && base != fanout.MetricBatchStep && base != goSchedLatencies {
 			return nil
 		}
 		key := base

@@ -34,9 +34,18 @@ cohortgate_command_fetch_delay_seconds_bucket{le="0.001"} 0
 cohortgate_command_fetch_delay_seconds_bucket{le="+Inf"} 2
 cohortgate_command_fetch_delay_seconds_sum 4
 cohortgate_command_fetch_delay_seconds_count 2
+go_sched_latencies_seconds_bucket{le="0.0009175039999999999"} 90
+go_sched_latencies_seconds_bucket{le="0.010485759999999998"} 100
+go_sched_latencies_seconds_bucket{le="+Inf"} 100
+go_sched_latencies_seconds_sum 0.1
+go_sched_latencies_seconds_count 100
+go_gc_duration_seconds_count 7
 `)
-	if len(after) != 2 {
-		t.Fatalf("read %d series, want the two histograms: %v", len(after), after)
+	if len(after) != 3 {
+		t.Fatalf("read %d series, want the three histograms: %v", len(after), after)
+	}
+	if g := after[goSchedLatencies]; g.count != 100 || len(g.le) != 3 {
+		t.Errorf("the Go scheduler's latencies read as %+v", g)
 	}
 	d := after["cohortgate_commands_batch_step_seconds{commit}"].minus(before["cohortgate_commands_batch_step_seconds{commit}"])
 	if d.count != 100 || math.Abs(d.mean()-0.0025) > 1e-12 {
