@@ -66,8 +66,11 @@ type changelogReader struct {
 	// clients are the reader clients not in use: a read or a leavers
 	// check takes one for its duration, so that restores side by side
 	// each fetch (and decompress, on the client's goroutine) on their own.
-	clients             chan *readerClient
-	adm                 *kadm.Client
+	clients chan *readerClient
+	adm     *kadm.Client
+	// raw sends abortedTail's fetches: not a reader client, whose fetch
+	// connection its consumer's long polls hold (5s each).
+	raw                 *kgo.Client
 	topic               string
 	signalPartitions    int32
 	changelogPartitions int32
@@ -185,8 +188,9 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
 		defer cl.RemoveConsumePartitions(map[string][]int32{topic: parts})
 		next := maps.Clone(startOf)
+		quiet := time.Now() // since the last record, or the last report of the wait
 		for len(want) > 0 {
-			pctx, cancel := context.WithTimeout(ctx, changelogWaitReport)
+			pctx, cancel := context.WithTimeout(ctx, changelogTailCheck)
 			fetches := cl.PollFetches(pctx)
 			cancel()
 			if err := ctx.Err(); err != nil {
@@ -202,7 +206,13 @@ func (cr *changelogReader) read(ctx context.Context, q readRequest) (_ changelog
 				return v, fmt.Errorf("reading the changelog: %w", fetchErr)
 			}
 			if fetches.NumRecords() == 0 {
-				waiting(slices.Sorted(maps.Keys(want)))
+				cr.passAbortedTails(ctx, want, next)
+				if len(want) > 0 && time.Since(quiet) >= changelogWaitReport {
+					waiting(slices.Sorted(maps.Keys(want)))
+					quiet = time.Now()
+				}
+			} else {
+				quiet = time.Now()
 			}
 			fetches.EachRecord(func(r *kgo.Record) {
 				if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
@@ -354,11 +364,18 @@ func (cr *changelogReader) leavers(ctx context.Context, q leaversRequest) ([]uin
 	next := s.Offset
 	leave, escape := []byte("leave"), []byte(`\`)
 	for done := false; !done; {
-		pctx, cancel := context.WithTimeout(ctx, changelogWaitReport)
+		pctx, cancel := context.WithTimeout(ctx, changelogTailCheck)
 		fetches := cl.PollFetches(pctx)
 		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("reading commands partition %d below offset %d: %w", q.part, q.below, err)
+		}
+		if fetches.NumRecords() == 0 && cr.raw != nil {
+			// A producer's transaction aborted without its marker
+			// (see abortedTail) would hold the read forever.
+			if ok, err := abortedTail(ctx, cr.raw, q.topic, q.part, next, q.below); err == nil && ok {
+				break
+			}
 		}
 		var fetchErr error
 		fetches.EachError(func(_ string, _ int32, err error) {
@@ -411,6 +428,33 @@ func (cr *changelogReader) leavers(ctx context.Context, q leaversRequest) ([]uin
 // changelogWaitReport is how long a changelog read goes without a record
 // before it says what it waits for.
 const changelogWaitReport = 10 * time.Second
+
+// changelogTailCheck is how long a read polls for records before it looks
+// whether what it waits for is a tail of aborted transactions without
+// markers (abortedTail): a restart waits on its reads.
+const changelogTailCheck = 500 * time.Millisecond
+
+// passAbortedTails removes from want (partition → end still to reach) each
+// partition whose records from next (one past the highest delivered) to
+// its end are all of aborted transactions with no marker after them (see
+// abortedTail): nothing is left there for the read.
+func (cr *changelogReader) passAbortedTails(ctx context.Context, want, next map[int32]int64) {
+	if cr.raw == nil {
+		return
+	}
+	for p, end := range want {
+		ok, err := abortedTail(ctx, cr.raw, cr.topic, p, next[p], end)
+		if err != nil {
+			cr.log.Debug("changelog tail not checked", "partition", p, "err", err)
+			continue
+		}
+		if ok {
+			cr.log.Info("changelog partition read to its end: the records left below it are of aborted transactions without markers (a broker restarted after a crash)",
+				"changelog_partition", p, "from", next[p], "end", end)
+			delete(want, p)
+		}
+	}
+}
 
 // start readies v to take the records q asks for.
 func (v *changelogView) start(q readRequest) {

@@ -238,6 +238,8 @@
 //   - recover.go: late-leave windows recovered from the changelog;
 //   - changelogread.go: a read of the changelog, for the windows and for
 //     a restore;
+//   - abortedtail.go: a read's end past transactions a broker aborted
+//     without their markers;
 //   - restoreprogress.go: restores side by side, their progress and
 //     their memory;
 //   - restoreheaders.go: the restore header of a changelog record, and

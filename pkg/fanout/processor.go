@@ -533,7 +533,7 @@ func (p *Processor) newWatcher(k *kafka) *watcher {
 func (p *Processor) newApplier(k *kafka, snap gateSnapshot, wake chan struct{}) *applier {
 	rec := &recoverer{store: p.store, ev: p.ev, log: p.cfg.Logger, topic: p.cfg.Topics.Changelog,
 		skip: p.cfg.Testing.UnsafeNoWindowRecovery,
-		src: &changelogReader{clients: k.readers, adm: k.adm, topic: string(p.cfg.Topics.Changelog),
+		src: &changelogReader{clients: k.readers, adm: k.adm, raw: k.admCl, topic: string(p.cfg.Topics.Changelog),
 			signalPartitions: k.signalPartitions, changelogPartitions: k.changelogPartitions,
 			log: p.cfg.Logger}}
 	commands := string(p.cfg.Topics.Commands)
