@@ -212,8 +212,15 @@ func (h *harness) latency(ctx context.Context, r *latencyResult, round int, user
 		"--leave-pct", "0", "--rejoin-pct", "0", "--rate", strconv.Itoa(int(r.TargetRate)),
 		"--seed", strconv.FormatUint(h.o.load.Seed+uint64(round), 10), "--create-topics=false"}
 	lg = append(lg, workload.TopicFlags(set)...)
-	h.printf("latency: round %d: signals at %s/s: loadgen %s", round, thousands(r.TargetRate), joinArgs(lg))
-	gen, err := h.procs.start("latency-loadgen-"+strconv.Itoa(round), h.logPath("latency-loadgen-"+strconv.Itoa(round)), nil, h.o.loadgen, lg...)
+	bin := h.o.loadgen
+	if h.o.latencyNice != 0 {
+		// nice execs the load generator: the pid is the generator's, and
+		// every thread it makes inherits the niceness.
+		lg = append([]string{"-n", strconv.Itoa(h.o.latencyNice), bin}, lg...)
+		bin = "nice"
+	}
+	h.printf("latency: round %d: signals at %s/s: %s %s", round, thousands(r.TargetRate), bin, joinArgs(lg))
+	gen, err := h.procs.start("latency-loadgen-"+strconv.Itoa(round), h.logPath("latency-loadgen-"+strconv.Itoa(round)), nil, bin, lg...)
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,7 @@ type runOptions struct {
 	latencyFor    time.Duration
 	latencyRate   float64 // 0: half the exactly-once run's rate
 	latencyGrace  time.Duration
+	latencyNice   int // niceness of the load generator in the latency phase
 
 	restoreSizes    []int
 	rebuildCommands int
@@ -113,6 +114,7 @@ func parseRunOptions(args []string, stderr io.Writer) (*runOptions, error) {
 	fs.IntVar(&o.latencyRounds, "latency-rounds", 3, "rounds of the latency phase, each with a processor and topics of its own; the leaves and their duration are shared out among them")
 	fs.DurationVar(&o.latencyFor, "latency-duration", 24*time.Second, "over how long the leaves are spread, all rounds together")
 	fs.Float64Var(&o.latencyRate, "latency-rate", 0, "signals/s flowing meanwhile; 0: half the measured exactly-once rate")
+	fs.IntVar(&o.latencyNice, "latency-loadgen-nice", 0, "niceness of the load generator in the latency phase (nice -n): above 0 the processor, the broker and the floor get the cores first, which shows what of a leave's latency is cores shared with the load")
 	fs.DurationVar(&o.latencyGrace, "latency-grace", 0, "the processor's --grace in the latency phase; 0: no alignment hold, so the figure is the leave's way to the gate alone")
 
 	fs.StringVar(&sizes, "restore-sizes", "1000000,10000000", "members of the stores restored, comma-separated")
