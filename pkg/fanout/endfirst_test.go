@@ -273,11 +273,13 @@ func TestHealIgnoresOtherMembersUnstableOffsets(t *testing.T) {
 // or in-sync replicas away) held a cycle's flush for as long as the fault
 // lasted. In make test-cluster-short's broker-two-down row a flush took
 // 54.7s while the floor's plain exactly-once passthrough, whose End is
-// bounded, replaced its session and resumed 27s sooner. Here a produce
-// of the processor's transaction is held until the test's end: the
-// session is replaced within the bound (the session timeout, 10s here),
-// and every signal is still forwarded exactly once. Before, no cycle
-// ended within 30s.
+// bounded, aborted in place and resumed 27s sooner. Here a produce of the
+// processor's transaction is held until the test's end: the cycle ends
+// past the bound (the session timeout, 10s here) aborted in place, once
+// franz-go gives the held request up, keeping the session and its
+// partitions, and every signal is still forwarded exactly once. Before
+// the bound no cycle ended within 30s; with it alone the session was
+// replaced, its partitions revoked.
 func TestFlushNoBrokerTakesIsBounded(t *testing.T) {
 	c, set := fakeCluster(t, 2)
 	helper, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(string(set.Signals)))
@@ -302,16 +304,18 @@ func TestFlushNoBrokerTakesIsBounded(t *testing.T) {
 		return nil, nil, false
 	})
 
-	unknown := make(chan CycleInfo, 16)
+	failed := make(chan CycleInfo, 16)
+	var revoked atomic.Int32
 	ev := EventListener{
 		CycleEnd: func(i CycleInfo) {
-			if i.Outcome == Unknown && i.Err != nil {
+			if i.Outcome != Committed && i.Err != nil {
 				select {
-				case unknown <- i:
+				case failed <- i:
 				default:
 				}
 			}
 		},
+		PartitionsRevoked: func(PartitionsInfo) { revoked.Add(1) },
 	}
 	store, err := membership.Open("db", &membership.Options{FS: vfs.NewMem(), NoSync: true})
 	if err != nil {
@@ -341,22 +345,29 @@ func TestFlushNoBrokerTakesIsBounded(t *testing.T) {
 	defer cancel()
 	const signals = 100
 	produceNumbered(t, ctx, helper, 0, signals/2)
+	revokedBefore := revoked.Load()
 	armed.Store(1)
 	produceNumbered(t, ctx, helper, signals/2, signals)
 
 	select {
-	case i := <-unknown:
+	case i := <-failed:
 		if held.Load() == 0 {
-			t.Fatal("a cycle's outcome is unknown, but no produce was held")
+			t.Fatal("a cycle failed, but no produce was held")
 		}
 		if !strings.Contains(i.Err.Error(), "unable to flush transaction within") {
 			t.Errorf("the cycle ended with %q; want the flush's bound", i.Err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no cycle ended within 30s of a produce held forever (held: %d); the flush waits for as long as the fault lasts", held.Load())
+		if i.Outcome != Aborted {
+			t.Errorf("the cycle past the flush's bound ended %v (%v); want it aborted in place", i.Outcome, i.Err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatalf("no cycle ended within 45s of a produce held forever (held: %d); the flush waits for as long as the fault lasts", held.Load())
 	}
 
 	forwardedOnce(t, ctx, c, set, signals)
+	if n := revoked.Load() - revokedBefore; n != 0 {
+		t.Errorf("partitions revoked %d times after a flush past its bound; want the session kept", n)
+	}
 }
 
 // produceNumbered produces signals from to to-1 through cl, keyed by their

@@ -183,18 +183,27 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 	// The flush is bounded as End is: records that no broker takes
 	// (leaders or in-sync replicas away) would otherwise hold the cycle
 	// for as long as the fault lasts, and franz-go's producer may keep
-	// retrying them after the brokers are back. Past the bound the
-	// outcome is unknown and the session is replaced; the new producer's
-	// epoch aborts the transaction, as a plain exactly-once client's End
-	// bound does.
+	// retrying them after the brokers are back. Past the bound nothing
+	// of the cycle can have committed (its offsets were never sent), so
+	// it is aborted in place, as a plain exactly-once client's End bound
+	// does, keeping the session and its partitions; only an abort that
+	// cannot be made replaces the session.
 	fctx, fcancel := context.WithTimeout(ctx, t.endTimeout)
 	err := t.s.Client().Flush(fctx)
 	fcancel()
 	if err != nil {
-		if ctx.Err() == nil {
-			return Unknown, fmt.Errorf("unable to flush transaction within %v: %w", t.endTimeout, err)
+		if ctx.Err() != nil {
+			return Unknown, fmt.Errorf("unable to flush transaction: %w", err)
 		}
-		return Unknown, fmt.Errorf("unable to flush transaction: %w", err)
+		aborting := time.Now()
+		actx, done := t.healContext(ctx)
+		aerr := t.abort(actx)
+		done()
+		if aerr != nil {
+			return Unknown, fmt.Errorf("unable to flush transaction within %v: %w; then unable to abort it: %v", t.endTimeout, err, aerr)
+		}
+		return Aborted, fmt.Errorf("unable to flush transaction within %v: %w; aborted it in place in %v",
+			t.endTimeout, err, time.Since(aborting).Round(time.Millisecond))
 	}
 	cl := t.s.Client()
 	uncommitted, committed := cl.UncommittedOffsets(), t.committed()
@@ -473,9 +482,7 @@ const (
 
 // heal ends for sure a transaction whose end failed unconfirmed, and
 // learns from the group's committed offsets whether it committed. It
-// aborts (franz-go's documented retry: the producer ID is reloaded at its
-// epoch, which aborts whatever is still open and leaves a commit that
-// landed alone), then reads the offsets the group holds for what the
+// aborts (abort), then reads the offsets the group holds for what the
 // cycle planned, waiting for transactional commits still being written
 // (RequireStable). It retries both while the coordinators move, for as
 // long as the run goes on: a replaced session would wait for the same
@@ -498,13 +505,13 @@ const (
 // outbox records, idempotent by key, are produced again), and Unknown
 // otherwise.
 func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planned, head, before map[string]map[int32]kgo.EpochOffset) (Outcome, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// The timer may outlive heal by endTimeout at most; cancelling a
-	// context twice is harmless.
-	stopWatch := context.AfterFunc(t.run, func() { time.AfterFunc(t.endTimeout, cancel) })
-	defer stopWatch()
+	ctx, done := t.healContext(ctx)
+	defer done()
+	if err := t.abort(ctx); err != nil {
+		return Unknown, err
+	}
 	cl := t.s.Client()
+	adm := kadm.NewClient(cl)
 	wait := healBackoff
 	pause := func() error {
 		select {
@@ -515,23 +522,6 @@ func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planne
 		wait = min(2*wait, healBackoffMax)
 		return nil
 	}
-	for {
-		err := cl.AbortBufferedRecords(ctx)
-		if err == nil {
-			err = cl.EndTransaction(ctx, kgo.TryAbort)
-		}
-		if err == nil {
-			break
-		}
-		if !unconfirmed(err) {
-			return Unknown, fmt.Errorf("unable to abort: %w", err)
-		}
-		if perr := pause(); perr != nil {
-			return Unknown, fmt.Errorf("unable to abort: %w", err)
-		}
-	}
-	adm := kadm.NewClient(cl)
-	wait = healBackoff
 	for {
 		got, err := adm.FetchOffsets(kadm.RequireStable(ctx), t.group)
 		if err == nil {
@@ -556,6 +546,45 @@ func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planne
 		if perr := pause(); perr != nil {
 			return Unknown, fmt.Errorf("unable to read the group's offsets: %w", err)
 		}
+	}
+}
+
+// healContext bounds a heal, or an abort in place, by the run (see heal):
+// it ends endTimeout after the run ends. done releases it.
+func (t *txnSession) healContext(ctx context.Context) (_ context.Context, done func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	// The timer may outlive the heal by endTimeout at most; cancelling a
+	// context twice is harmless.
+	stopWatch := context.AfterFunc(t.run, func() { time.AfterFunc(t.endTimeout, cancel) })
+	return ctx, func() { stopWatch(); cancel() }
+}
+
+// abort ends the open transaction with an abort for sure, franz-go's
+// documented retry after an end that failed: the buffered records are
+// failed once those in flight are answered, and the producer ID is
+// reloaded at its epoch, which aborts whatever is still open (a commit
+// that landed stays). It retries while the coordinator moves, until ctx
+// ends.
+func (t *txnSession) abort(ctx context.Context) error {
+	cl := t.s.Client()
+	wait := healBackoff
+	for {
+		err := cl.AbortBufferedRecords(ctx)
+		if err == nil {
+			err = cl.EndTransaction(ctx, kgo.TryAbort)
+		}
+		if err == nil {
+			return nil
+		}
+		if !unconfirmed(err) {
+			return fmt.Errorf("unable to abort: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("unable to abort: %w", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, healBackoffMax)
 	}
 }
 
