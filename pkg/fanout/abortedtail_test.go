@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,9 +54,7 @@ func TestRestartAfterBrokerCrashWithOpenTransaction(t *testing.T) {
 	}
 	const user = 7
 	at := time.Now()
-	leave := &kgo.Record{Topic: string(set.Commands), Key: []byte(strconv.Itoa(user)), Timestamp: at,
-		Value: topics.AppendCommand(nil, topics.Command{Op: topics.Leave, UserID: user, AtNs: uint64(at.UnixNano()), HasAt: true})}
-	if err := cl.ProduceSync(ctx, leave).FirstErr(); err != nil {
+	if err := cl.ProduceSync(ctx, leaveRecord(set, user, at)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	cl.Close()
@@ -105,9 +102,7 @@ func TestRestartAfterBrokerCrashWithOpenTransaction(t *testing.T) {
 	defer cl.Close()
 	const next = 9
 	at = time.Now()
-	leave = &kgo.Record{Topic: string(set.Commands), Key: []byte(strconv.Itoa(next)), Timestamp: at,
-		Value: topics.AppendCommand(nil, topics.Command{Op: topics.Leave, UserID: next, AtNs: uint64(at.UnixNano()), HasAt: true})}
-	if err := cl.ProduceSync(ctx, leave).FirstErr(); err != nil {
+	if err := cl.ProduceSync(ctx, leaveRecord(set, next, at)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a leave in force after the restart", func() bool { return !p.gate.Allows(next, uint64(at.Add(time.Second).UnixNano())) })

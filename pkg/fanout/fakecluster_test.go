@@ -3,11 +3,16 @@ package fanout
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohortgate/cohortgate/pkg/membership"
 	"github.com/cohortgate/cohortgate/topics"
@@ -125,4 +130,27 @@ func waitReady(t *testing.T, p *Processor) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval of a condition with a deadline
 	}
+}
+
+// leaveRecord is a leave of user at at, on set's commands topic, keyed as
+// a producer using the default partitioner keys it.
+func leaveRecord(set topics.Set, user uint64, at time.Time) *kgo.Record {
+	return &kgo.Record{Topic: string(set.Commands), Key: []byte(strconv.FormatUint(user, 10)), Timestamp: at,
+		Value: topics.AppendCommand(nil, topics.Command{Op: topics.Leave, UserID: user, AtNs: uint64(at.UnixNano()), HasAt: true})}
+}
+
+// loadingCoordinator makes c's group coordinator answer every offset fetch
+// with COORDINATOR_LOAD_IN_PROGRESS while loading says so (a coordinator
+// that moved), and returns how many it answered so.
+func loadingCoordinator(c *kfake.Cluster, loading func() bool) *atomic.Int32 {
+	var answered atomic.Int32
+	c.ControlKey(int16(kmsg.OffsetFetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !loading() {
+			return nil, nil, false
+		}
+		answered.Add(1)
+		return offsetFetchErr(r.(*kmsg.OffsetFetchRequest), kerr.CoordinatorLoadInProgress), nil, true
+	})
+	return &answered
 }

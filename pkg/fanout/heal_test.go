@@ -88,14 +88,10 @@ func TestEndTxnFailureKeepsTheSession(t *testing.T) {
 			var armed, failed atomic.Int32
 			var behind atomic.Bool // the helper's own EndTxn is under way
 			var failErr atomic.Value
-			var loadingUntil, loadingAnswers atomic.Int64 // unix nanoseconds; offset fetches refused
-			c.ControlKey(int16(kmsg.OffsetFetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
-				c.KeepControl()
-				if until := loadingUntil.Load(); until == 0 || time.Now().UnixNano() >= until {
-					return nil, nil, false
-				}
-				loadingAnswers.Add(1)
-				return offsetFetchErr(r.(*kmsg.OffsetFetchRequest), kerr.CoordinatorLoadInProgress), nil, true
+			var loadingUntil atomic.Int64 // unix nanoseconds: offset fetches refused until then
+			loadingAnswers := loadingCoordinator(c, func() bool {
+				until := loadingUntil.Load()
+				return until != 0 && time.Now().UnixNano() < until
 			})
 			c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
 				c.KeepControl()
@@ -248,15 +244,8 @@ func TestHealEndsWithTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer helper.Close()
-	var armed, failed, loadingAnswers atomic.Int32
-	c.ControlKey(int16(kmsg.OffsetFetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if failed.Load() == 0 {
-			return nil, nil, false
-		}
-		loadingAnswers.Add(1)
-		return offsetFetchErr(r.(*kmsg.OffsetFetchRequest), kerr.CoordinatorLoadInProgress), nil, true
-	})
+	var armed, failed atomic.Int32
+	loadingAnswers := loadingCoordinator(c, func() bool { return failed.Load() > 0 })
 	c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := r.(*kmsg.EndTxnRequest)

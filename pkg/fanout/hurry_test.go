@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/cohortgate/cohortgate/topics"
 )
 
 // TestLateLeaveHurriesTheCycle: a leave whose window reaches a signal of
@@ -56,9 +54,7 @@ func TestLateLeaveHurriesTheCycle(t *testing.T) {
 		return len(cw.fwd.mu.pending) > 0
 	})
 	leftAt := at.Add(-time.Millisecond)
-	leave := &kgo.Record{Topic: string(set.Commands), Key: []byte(strconv.Itoa(user)), Timestamp: leftAt,
-		Value: topics.AppendCommand(nil, topics.Command{Op: topics.Leave, UserID: user, AtNs: uint64(leftAt.UnixNano()), HasAt: true})}
-	if err := cl.ProduceSync(ctx, leave).FirstErr(); err != nil {
+	if err := cl.ProduceSync(ctx, leaveRecord(set, user, leftAt)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -2,14 +2,11 @@ package fanout
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/cohortgate/cohortgate/topics"
 )
 
 // TestWindowsRecoveredBeforeTheFirstCommand: a new owner recovers its
@@ -62,9 +59,7 @@ func TestWindowsRecoveredBeforeTheFirstCommand(t *testing.T) {
 	defer cl.Close()
 	const user = 7
 	at := time.Now()
-	leave := &kgo.Record{Topic: string(set.Commands), Key: []byte(strconv.Itoa(user)), Timestamp: at,
-		Value: topics.AppendCommand(nil, topics.Command{Op: topics.Leave, UserID: user, AtNs: uint64(at.UnixNano()), HasAt: true})}
-	if err := cl.ProduceSync(ctx, leave).FirstErr(); err != nil {
+	if err := cl.ProduceSync(ctx, leaveRecord(set, user, at)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	after := uint64(at.Add(time.Second).UnixNano())
