@@ -512,41 +512,28 @@ func (t *txnSession) heal(ctx context.Context, plans map[string]map[int32]planne
 	}
 	cl := t.s.Client()
 	adm := kadm.NewClient(cl)
-	wait := healBackoff
-	pause := func() error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, healBackoffMax)
-		return nil
-	}
-	for {
-		got, err := adm.FetchOffsets(kadm.RequireStable(ctx), t.group)
+	var got kadm.OffsetResponses
+	err := retryUnconfirmed(ctx, "read the group's offsets", func() (err error) {
+		got, err = adm.FetchOffsets(kadm.RequireStable(ctx), t.group)
 		if err == nil {
 			err = plannedError(got, plans)
 		}
-		if err == nil {
-			out := judgeHealed(plans, before, got)
-			switch out {
-			case Committed:
-				t.learn(plans)
-				// franz-go rewound consuming to what it thinks is
-				// committed; the held signals follow the poll head.
-				cl.SetOffsets(head)
-			case Unknown:
-				return Unknown, errors.New("the group's offsets match neither the cycle's plan nor what was committed before it")
-			}
-			return out, nil
-		}
-		if !unconfirmed(err) {
-			return Unknown, fmt.Errorf("unable to read the group's offsets: %w", err)
-		}
-		if perr := pause(); perr != nil {
-			return Unknown, fmt.Errorf("unable to read the group's offsets: %w", err)
-		}
+		return err
+	})
+	if err != nil {
+		return Unknown, err
 	}
+	out := judgeHealed(plans, before, got)
+	switch out {
+	case Committed:
+		t.learn(plans)
+		// franz-go rewound consuming to what it thinks is committed; the
+		// held signals follow the poll head.
+		cl.SetOffsets(head)
+	case Unknown:
+		return Unknown, errors.New("the group's offsets match neither the cycle's plan nor what was committed before it")
+	}
+	return out, nil
 }
 
 // healContext bounds a heal, or an abort in place, by the run (see heal):
@@ -567,21 +554,31 @@ func (t *txnSession) healContext(ctx context.Context) (_ context.Context, done f
 // ends.
 func (t *txnSession) abort(ctx context.Context) error {
 	cl := t.s.Client()
-	wait := healBackoff
-	for {
+	return retryUnconfirmed(ctx, "abort", func() error {
 		err := cl.AbortBufferedRecords(ctx)
 		if err == nil {
 			err = cl.EndTransaction(ctx, kgo.TryAbort)
 		}
+		return err
+	})
+}
+
+// retryUnconfirmed calls try until it succeeds, fails definitely (not
+// unconfirmed), or ctx ends, waiting healBackoff between attempts, doubled
+// each time up to healBackoffMax. The error says what could not be done.
+func retryUnconfirmed(ctx context.Context, what string, try func() error) error {
+	wait := healBackoff
+	for {
+		err := try()
 		if err == nil {
 			return nil
 		}
 		if !unconfirmed(err) {
-			return fmt.Errorf("unable to abort: %w", err)
+			return fmt.Errorf("unable to %s: %w", what, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("unable to abort: %w", err)
+			return fmt.Errorf("unable to %s: %w", what, err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, healBackoffMax)
