@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -282,4 +283,146 @@ func TestHealEndsWithTheRun(t *testing.T) {
 		t.Fatalf("a heal held the stop: %v", err)
 	}
 	t.Logf("Run returned %v after its cancellation: %v", time.Since(stopped).Round(time.Millisecond), err)
+}
+
+// TestHealLetsTheGroupRebalance: while one member heals a transaction
+// whose end failed (its transaction coordinator refuses the abort, as one
+// that was killed does until it moves), a member joining the group gets
+// its partitions without waiting for the heal. Before, the healing member
+// blocked the rebalance until its heal ended (or the rebalance timeout,
+// 35s here, expelled it), and every member's partitions waited with it:
+// under make test-cluster's controller kill that stall lasted as long as
+// the killed broker coordinated the member's transactions. Partitions
+// move while the outcome is unknown, whichever it turns out to be: once
+// the coordinator answers again every signal is forwarded exactly once.
+func TestHealLetsTheGroupRebalance(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		landed bool // the failed commit landed, its answer lost
+	}{
+		{name: "aborted"},
+		{name: "commit landed, answer lost", landed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { healLetsTheGroupRebalance(t, tc.landed) })
+	}
+}
+
+func healLetsTheGroupRebalance(t *testing.T, landed bool) {
+	c, set := fakeCluster(t, 2)
+	helper, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(string(set.Signals)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer helper.Close()
+	adm := kadm.NewClient(helper)
+
+	const first = "heal-rebalance-a"
+	var armed, failed, refused atomic.Int32
+	var refusing atomic.Bool
+	var behindErr atomic.Value
+	c.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.EndTxnRequest)
+		switch {
+		case req.TransactionalID != first || armed.Load() == 0:
+			return nil, nil, false
+		case req.Commit && failed.Load() == 0:
+			failed.Add(1)
+			if landed { // committed behind the processor's back
+				c.SleepControl(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					resp, err := req.RequestWith(ctx, helper)
+					if err == nil {
+						err = kerr.ErrorForCode(resp.ErrorCode)
+					}
+					if err != nil {
+						behindErr.Store(err)
+					}
+				})
+			}
+			refusing.Store(true)
+			return endTxnErr(req, kerr.RequestTimedOut), nil, true
+		case refusing.Load():
+			refused.Add(1)
+			return endTxnErr(req, kerr.CoordinatorNotAvailable), nil, true
+		}
+		return nil, nil, false
+	})
+	// After an end that failed, franz-go aborts by bumping the producer's
+	// epoch: the coordinator refuses that too.
+	c.ControlKey(int16(kmsg.InitProducerID), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.InitProducerIDRequest)
+		if req.TransactionalID == nil || *req.TransactionalID != first || !refusing.Load() {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return resp, nil, true
+	})
+	defer refusing.Store(false) // a failed test's runs stop without a heal to wait out
+
+	healed := make(chan CycleInfo, 1)
+	cfg := Config{
+		CreateTopics: true, Partitions: 2, ExactlyOnce: true, Grace: 10 * time.Millisecond,
+		CommitInterval: 20 * time.Millisecond, SessionTimeout: 30 * time.Second,
+		EventListener: EventListener{CycleEnd: func(i CycleInfo) {
+			if i.Err != nil && strings.Contains(i.Err.Error(), "outcome") {
+				select {
+				case healed <- i:
+				default:
+				}
+			}
+		}},
+	}
+	cfg.TransactionalID = first
+	a := newOnFake(t, c, set, cfg, memStore(t))
+	runTillEnd(t, a)
+	waitReady(t, a)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const signals = 100
+	produceNumbered(t, ctx, helper, 0, signals/2)
+	armed.Store(1)
+	produceNumbered(t, ctx, helper, signals/2, signals)
+	for deadline := time.Now().Add(30 * time.Second); refused.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no heal of the first instance within 30s (%d commits failed)", failed.Load())
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval of a condition with a deadline
+	}
+	if e := behindErr.Load(); e != nil {
+		t.Fatalf("committing behind the processor's back: %v", e)
+	}
+
+	cfg.TransactionalID, cfg.EventListener = "heal-rebalance-b", EventListener{}
+	runTillEnd(t, newOnFake(t, c, set, cfg, memStore(t)))
+	group := a.cfg.Group
+	var last string
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the group did not rebalance within 20s of a second member joining while the first healed (%d aborts refused): %s", refused.Load(), last)
+		}
+		described, err := adm.DescribeGroups(ctx, group)
+		g := described[group]
+		if err == nil {
+			err = g.Err
+		}
+		if err == nil && g.State == "Stable" && len(g.Members) == 2 {
+			break
+		}
+		last = fmt.Sprintf("state %q, %d members, err %v", g.State, len(g.Members), err)
+		time.Sleep(50 * time.Millisecond) // polling interval of a condition with a deadline
+	}
+	t.Logf("the group rebalanced while the first member healed (%d aborts refused)", refused.Load())
+	refusing.Store(false)
+	forwardedOnce(t, ctx, c, set, signals)
+	select {
+	case i := <-healed:
+		t.Logf("the heal ended %v: %v", i.Outcome, i.Err)
+	default:
+	}
 }
