@@ -236,19 +236,6 @@ func (t *txnSession) end(ctx context.Context, pos map[string]map[int32]position)
 		// group's offsets, keeping the session and its partitions. The
 		// error says how long each took: where a broker fault's stall
 		// goes.
-		//
-		// The group's rebalance need not wait for the heal. Blocked
-		// (BlockRebalanceOnPoll) until the cycle ended, one member
-		// waiting on a transaction coordinator that was killed held
-		// every member's partitions for as long: a rebalance waits for
-		// all members. Once the end is sent, nothing the cycle does
-		// depends on which partitions are owned: a new owner's offset
-		// fetch waits for this transaction to end (RequireStable), the
-		// heal reads the group's offsets whoever owns them, and the loop
-		// syncs its parts with the claims before it rewinds or decides
-		// again. A revocation meanwhile makes franz-go abort the next
-		// cycle, which costs one cycle.
-		t.s.AllowRebalance()
 		ended := time.Now()
 		out, herr := t.heal(ctx, plans, uncommitted, before)
 		r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
@@ -501,9 +488,9 @@ const (
 // long as the run goes on: a replaced session would wait for the same
 // coordinators (to join the group, to fetch its offsets) after giving its
 // partitions up, and its new producer would leave the outcome unknown
-// still. The group may rebalance meanwhile (end allows it before heal):
-// the member rejoins at once, and a revocation or a loss is reported by
-// franz-go as any other; the session survives it.
+// still. A member the group expels meanwhile (its heartbeats go on while
+// heal waits; a rebalance waits for it at most the rebalance timeout)
+// loses its partitions, which franz-go reports and the session survives.
 // A heal that does not end is a cycle stall (stallWatch): the processor
 // says it is not ready, then halts. Once the run ends, heal has endTimeout
 // more: a stop must not wait for an outage. On a definite error, or past
