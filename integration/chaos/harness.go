@@ -34,6 +34,7 @@ type harness struct {
 	cl      *kgo.Client
 	adm     *kadm.Client
 	cluster *cluster // with --cluster; nil otherwise
+	ports   portBook // every instance's HTTP and API addresses
 
 	mu struct {
 		sync.Mutex

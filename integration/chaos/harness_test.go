@@ -272,3 +272,47 @@ func TestJudgedOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestPortBookGivesEachOnce: the book never gives an address twice, even
+// when the probe finds one it gave before (the kernel hands a port closed
+// by one probe to the next); it gives up after portTries probes that find
+// only those.
+func TestPortBookGivesEachOnce(t *testing.T) {
+	found := []string{"127.0.0.1:35333", "127.0.0.1:35333", "127.0.0.1:46147", "127.0.0.1:35333", "127.0.0.1:44407"}
+	next := 0
+	b := &portBook{probe: func() (string, error) {
+		if next == len(found) {
+			return found[len(found)-1], nil
+		}
+		next++
+		return found[next-1], nil
+	}}
+	var got []string
+	for range 3 {
+		addr, err := b.free()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, addr)
+	}
+	if want := []string{"127.0.0.1:35333", "127.0.0.1:46147", "127.0.0.1:44407"}; !slices.Equal(got, want) {
+		t.Fatalf("free gave %v; want %v", got, want)
+	}
+	if addr, err := b.free(); err == nil {
+		t.Fatalf("free gave %s when every probe found a port given before; want an error", addr)
+	}
+
+	// The real probe, many times: no address twice.
+	book := new(portBook)
+	seen := make(map[string]bool)
+	for range 200 {
+		addr, err := book.free()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[addr] {
+			t.Fatalf("%s given twice", addr)
+		}
+		seen[addr] = true
+	}
+}

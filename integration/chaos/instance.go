@@ -28,6 +28,7 @@ type instance struct {
 	logPath string   // stdout and stderr of every start
 	args    []string // flags of every start, without --data-dir, --http-addr and --api-addr
 	onExit  func(in *instance, unexpected bool, err error)
+	ports   *portBook // the run's; nil: probed alone
 
 	// mu guards the fields below, which change with each start.
 	mu struct {
@@ -54,11 +55,11 @@ func (in *instance) start() error {
 	if in.mu.cmd != nil && !isClosed(in.mu.exited) {
 		return fmt.Errorf("%s: already running", in.name)
 	}
-	addr, err := freeAddr()
+	addr, err := in.ports.free()
 	if err != nil {
 		return err
 	}
-	api, err := freeAddr()
+	api, err := in.ports.free()
 	if err != nil {
 		return err
 	}
@@ -491,4 +492,45 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// portBook hands out free loopback addresses, each at most once in a run.
+// A probed port is free again once its probe closes, and the kernel may
+// give it to the next probe: two instances started together were both
+// given one --api-addr, and the second exited, unable to listen.
+type portBook struct {
+	probe func() (string, error) // freeAddr unless a test says otherwise
+	mu    sync.Mutex
+	given map[string]bool
+}
+
+// portTries bounds how many probes free makes for one address.
+const portTries = 100
+
+// free returns a free address the book has not given before; a nil book
+// returns whatever one probe finds.
+func (b *portBook) free() (string, error) {
+	if b == nil {
+		return freeAddr()
+	}
+	probe := b.probe
+	if probe == nil {
+		probe = freeAddr
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for range portTries {
+		addr, err := probe()
+		if err != nil {
+			return "", err
+		}
+		if !b.given[addr] {
+			if b.given == nil {
+				b.given = make(map[string]bool)
+			}
+			b.given[addr] = true
+			return addr, nil
+		}
+	}
+	return "", fmt.Errorf("unable to find a free port: %d probes found only ports given before", portTries)
 }

@@ -518,6 +518,7 @@ func (r *scenarioRun) newInstance(name string) *instance {
 	o := r.h.o
 	in := &instance{
 		name:    name,
+		ports:   &r.h.ports,
 		bin:     o.processor,
 		dir:     filepath.Join(r.dir, name),
 		logPath: filepath.Join(r.dir, name+".log"),
